@@ -1,0 +1,190 @@
+"""Cost of each PE join for DeiT-Ti at 224x224, as ratios in one run.
+
+For every join and for mmpretrain's own ``VisionTransformer`` (the model
+mmlape's default join replaces) it measures parameters, FLOPs, the median
+time of an eval forward (no grad) and of a train step (forward + backward),
+and the peak memory of a train step. Timings are interleaved across models,
+round by round, so that drift of the machine hits all models alike; ratios
+are against mmlape's default join measured in the same run.
+
+Targets: LaPE/PVG/MPVG train <= 1.03x and eval <= 1.01x the default join;
+the default join <= 1.02x mmpretrain's VisionTransformer.
+
+Example:
+    python benchmarks/bench_joins.py --batch 8 --rounds 15 --out bench.md
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+MODELS = {
+    'mmpretrain ViT':
+    dict(type='VisionTransformer', arch='deit-tiny'),
+    'default':
+    dict(type='LaPEViT', arch='deit-tiny', pe_join='Default'),
+    'share':
+    dict(type='LaPEViT', arch='deit-tiny', pe_join='Share'),
+    'unshare':
+    dict(type='LaPEViT', arch='deit-tiny', pe_join='Unshare'),
+    'LaPE':
+    dict(type='LaPEViT', arch='deit-tiny', pe_join='LaPE'),
+    'PVG':
+    dict(
+        type='LaPEViT',
+        arch='deit-tiny',
+        pe_join='PVG',
+        with_cls_token=False,
+        out_type='avg_featmap'),
+    'MPVG':
+    dict(
+        type='LaPEViT',
+        arch='deit-tiny',
+        pe_join='MPVG',
+        with_cls_token=False,
+        out_type='avg_featmap'),
+}
+TARGETS = {'train': 1.03, 'eval': 1.01}
+
+
+def build(name):
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS as REG
+    from mmpretrain.utils import register_all_modules
+
+    import mmlape  # noqa: F401
+    register_all_modules(init_default_scope=False)
+    cfg = dict(MODELS[name], img_size=224, patch_size=16)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = REG.build(
+            dict(
+                type='ImageClassifier',
+                backbone=cfg,
+                head=dict(
+                    type='VisionTransformerClsHead',
+                    num_classes=1000,
+                    in_channels=192)))
+    return model
+
+
+def train_step(model, img, target):
+    logits = model(img, mode='tensor')
+    loss = torch.nn.functional.cross_entropy(logits, target)
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+def eval_step(model, img):
+    with torch.no_grad():
+        model(img, mode='tensor')
+
+
+def flops_of(model, img):
+    from torch.utils.flop_counter import FlopCounterMode
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(img[:1], mode='tensor')
+    return counter.get_total_flops()
+
+
+def peak_memory_mb(name, batch):
+    """Peak RSS growth of one train step, in a fresh process."""
+    code = ('import resource, json, torch, sys\n'
+            f'sys.path.insert(0, {sys.path[0]!r})\n'
+            'from bench_joins import build, train_step\n'
+            f'torch.set_num_threads({torch.get_num_threads()})\n'
+            f'model = build({name!r}).train()\n'
+            f'img = torch.randn({batch}, 3, 224, 224)\n'
+            f'target = torch.randint(0, 1000, ({batch},))\n'
+            'before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n'
+            'train_step(model, img, target)\n'
+            'after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n'
+            'print(json.dumps((after - before) / 1024))\n')
+    out = subprocess.run([sys.executable, '-c', code],
+                         capture_output=True,
+                         text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--batch', type=int, default=8)
+    parser.add_argument('--rounds', type=int, default=15)
+    parser.add_argument('--warmup', type=int, default=3)
+    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
+    parser.add_argument('--no-memory', action='store_true')
+    parser.add_argument('--out', help='also write the table (markdown)')
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    img = torch.randn(args.batch, 3, 224, 224)
+    target = torch.randint(0, 1000, (args.batch, ))
+    models = {name: build(name) for name in MODELS}
+    times = {name: dict(eval=[], train=[]) for name in MODELS}
+    for r in range(args.warmup + args.rounds):
+        for mode in ('eval', 'train'):
+            for name, model in models.items():
+                model.train(mode == 'train')
+                start = time.perf_counter()
+                if mode == 'train':
+                    train_step(model, img, target)
+                else:
+                    eval_step(model, img)
+                if r >= args.warmup:
+                    times[name][mode].append(time.perf_counter() - start)
+        print(f'round {r + 1}/{args.warmup + args.rounds}', file=sys.stderr)
+    med = {
+        n: {
+            m: statistics.median(t)
+            for m, t in v.items()
+        }
+        for n, v in times.items()
+    }
+    base = med['default']
+    rows = []
+    header = ('| model | params | GFLOPs | eval ms | eval x | train ms | '
+              'train x | peak MB |')
+    rows.append(header)
+    rows.append('|' + '---|' * 8)
+    failed = []
+    for name, model in models.items():
+        params = sum(p.numel() for p in model.parameters())
+        gflops = flops_of(model.eval(), img) / 1e9
+        ev, tr = med[name]['eval'], med[name]['train']
+        mem = ('n/a' if args.no_memory else
+               f'{peak_memory_mb(name, args.batch):.0f}')
+        rows.append(f'| {name} | {params / 1e6:.3f}M | {gflops:.3f} | '
+                    f'{ev * 1e3:.1f} | {ev / base["eval"]:.3f} | '
+                    f'{tr * 1e3:.1f} | {tr / base["train"]:.3f} | {mem} |')
+        if name in ('LaPE', 'PVG', 'MPVG'):
+            for mode, limit in TARGETS.items():
+                if med[name][mode] / base[mode] > limit:
+                    failed.append(f'{name} {mode} '
+                                  f'{med[name][mode] / base[mode]:.3f}x > '
+                                  f'{limit}x')
+    ref = med['mmpretrain ViT']
+    for mode in ('eval', 'train'):
+        if base[mode] / ref[mode] > 1.02:
+            failed.append(f'default {mode} {base[mode] / ref[mode]:.3f}x '
+                          f'mmpretrain ViT > 1.02x')
+    table = '\n'.join(rows)
+    note = (f'DeiT-Ti, 224x224, batch {args.batch}, {args.threads} CPU '
+            f'threads, median of {args.rounds} interleaved rounds; x = ratio '
+            f'to the default join. Default vs mmpretrain ViT: eval '
+            f'{base["eval"] / ref["eval"]:.3f}x, train '
+            f'{base["train"] / ref["train"]:.3f}x.')
+    print(table)
+    print(note)
+    print('targets: ' + ('all met' if not failed else '; '.join(failed)))
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(table + '\n\n' + note + '\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,4 @@
+# DeiT-Small with LaPE (hierarchical, every layer).
+_base_ = './deit-small_4xb256_in1k.py'
+
+model = dict(backbone=dict(pe_join=dict(type='LaPE')))

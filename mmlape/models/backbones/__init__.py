@@ -1,0 +1,3 @@
+from .vit import LaPEViT, PatchEmbed
+
+__all__ = ['LaPEViT', 'PatchEmbed']

@@ -1,0 +1,265 @@
+"""The pre-norm Transformer encoder block every mmlape backbone uses.
+
+References:
+    ViT (Dosovitskiy et al., 2021) and DeiT (Touvron et al., 2021) for the
+    block; LaPE (Yu et al., ICCV 2023) for the position embedding added to
+    the attention input after ``norm1``; ViT-Adapter (Chen et al., 2022) for
+    layer scale and zero-padded window attention; Swin (Liu et al., 2021)
+    for the 2D relative position bias table.
+
+The block knows nothing about PE joins. It takes two optional inputs that a
+join decides (see :mod:`mmlape.models.layers.pe_join`): ``attn_pos``, added
+to ``norm1(x)`` only (it never enters the residual stream or the MLP), and
+``attn_bias``, added to the attention logits.
+"""
+import math
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from torch import Tensor
+
+__all__ = ['Attention', 'Mlp', 'TransformerBlock', 'relative_position_index']
+
+
+def relative_position_index(grid_hw: Sequence[int]) -> Tensor:
+    """Index into a ``(2H-1)*(2W-1)`` relative-bias table for every pair.
+
+    Args:
+        grid_hw (Sequence[int]): Patch grid ``(H, W)``.
+
+    Returns:
+        Tensor: Long tensor of shape ``(H*W, H*W)``.
+    """
+    h, w = grid_hw
+    ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing='ij')
+    coords = torch.stack([ys.flatten(), xs.flatten()])  # 2, N
+    rel = coords[:, :, None] - coords[:, None, :]  # 2, N, N
+    return (rel[0] + h - 1) * (2 * w - 1) + (rel[1] + w - 1)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention on ``scaled_dot_product_attention``.
+
+    Args:
+        embed_dims (int): Channels ``C``.
+        num_heads (int): Heads; must divide ``C``.
+        qkv_bias (bool): Bias in the qkv projection. Defaults to True.
+        attn_drop (float): Dropout on attention weights. Defaults to 0.
+        proj_drop (float): Dropout after the output projection.
+            Defaults to 0.
+        window_size (int): Attend within non-overlapping windows of this
+            many patches a side (zero-padded, as in ViT-Adapter); 0 attends
+            globally. Defaults to 0.
+        rel_pos_grid (Sequence[int], optional): Patch grid ``(H, W)`` of a
+            learnable 2D relative position bias table owned by this layer.
+            Defaults to None (no table).
+
+    Example:
+        >>> attn = Attention(64, 2)
+        >>> attn(torch.randn(2, 50, 64)).shape
+        torch.Size([2, 50, 64])
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 qkv_bias: bool = True,
+                 attn_drop: float = 0.,
+                 proj_drop: float = 0.,
+                 window_size: int = 0,
+                 rel_pos_grid: Optional[Sequence[int]] = None) -> None:
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'num_heads={num_heads} does not divide '
+                             f'embed_dims={embed_dims}')
+        self.num_heads = num_heads
+        self.head_dims = embed_dims // num_heads
+        self.attn_drop = attn_drop
+        self.window_size = window_size
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.rel_pos_grid = None
+        if rel_pos_grid is not None:
+            h, w = rel_pos_grid
+            self.rel_pos_grid = (int(h), int(w))
+            self.relative_position_bias_table = nn.Parameter(
+                torch.zeros((2 * h - 1) * (2 * w - 1), num_heads))
+            nn.init.trunc_normal_(self.relative_position_bias_table, std=.02)
+            self.register_buffer(
+                'relative_position_index',
+                relative_position_index(rel_pos_grid),
+                persistent=False)
+
+    def relative_bias(self) -> Tensor:
+        """This layer's relative bias, shape ``(heads, N, N)``."""
+        n = self.relative_position_index.shape[0]
+        table = self.relative_position_bias_table
+        bias = table[self.relative_position_index.reshape(-1)]
+        return bias.reshape(n, n, -1).permute(2, 0, 1)
+
+    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor,
+              bias: Optional[Tensor]) -> Tensor:
+        if bias is not None:
+            bias = bias.to(q.dtype)
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=bias,
+            dropout_p=self.attn_drop if self.training else 0.)
+
+    def forward(self,
+                x: Tensor,
+                bias: Optional[Tensor] = None,
+                hw: Optional[Tuple[int, int]] = None) -> Tensor:
+        """Args:
+            x (Tensor): Tokens ``(B, N, C)``.
+            bias (Tensor, optional): Additive logits ``(1|B, heads, N, N)``.
+            hw (tuple, optional): Patch grid; needed for window attention.
+        """
+        if self.window_size > 0:
+            if bias is not None:
+                raise ValueError('window attention takes no attention bias')
+            return self._window_forward(x, hw)
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dims)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        out = self._sdpa(q, k, v, bias)
+        out = out.transpose(1, 2).reshape(b, n, c)
+        return self.proj_drop(self.proj(out))
+
+    def _window_forward(self, x: Tensor, hw: Optional[Tuple[int,
+                                                            int]]) -> Tensor:
+        if hw is None or hw[0] * hw[1] != x.shape[1]:
+            raise ValueError('window attention needs the patch grid `hw` of '
+                             'a patch-only token sequence')
+        b, n, c = x.shape
+        h, w = hw
+        ws = self.window_size
+        hp, wp = math.ceil(h / ws) * ws, math.ceil(w / ws) * ws
+        # Zero-pad after the projection, as ViT-Adapter does: padded keys
+        # have zero logits and zero values.
+        qkv = self.qkv(x).reshape(b, h, w, 3 * c)
+        qkv = F.pad(qkv, (0, 0, 0, wp - w, 0, hp - h))
+        qkv = qkv.reshape(b, hp // ws, ws, wp // ws, ws, 3, self.num_heads,
+                          self.head_dims)
+        qkv = qkv.permute(5, 0, 1, 3, 6, 2, 4, 7)
+        qkv = qkv.reshape(3, -1, self.num_heads, ws * ws, self.head_dims)
+        q, k, v = qkv.unbind(0)
+        out = self._sdpa(q, k, v, None)  # (B*nW, heads, ws*ws, d)
+        out = out.reshape(b, hp // ws, wp // ws, self.num_heads, ws, ws,
+                          self.head_dims)
+        out = out.permute(0, 1, 4, 2, 5, 3, 6).reshape(b, hp, wp, c)
+        out = out[:, :h, :w].reshape(b, n, c)
+        return self.proj_drop(self.proj(out))
+
+
+class Mlp(nn.Module):
+    """Two linear layers with GELU in between (``fc1``, ``fc2``)."""
+
+    def __init__(self,
+                 embed_dims: int,
+                 hidden_dims: int,
+                 drop: float = 0.) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(embed_dims, hidden_dims)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dims, embed_dims)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm encoder block with a slot for a layer-wise PE.
+
+    ``x' = x + DP(g1 * MSA(norm1(x) + attn_pos))``,
+    ``y = x' + DP(g2 * MLP(norm2(x')))``, where ``g1, g2`` are layer-scale
+    vectors when enabled. A join that needs a per-layer PE norm attaches it
+    as ``pe_norm`` (the state-dict name ``blocks.{i}.pe_norm`` of the LaPE
+    code); the join, not the block, decides how it is used.
+
+    Args:
+        embed_dims (int): Channels ``C``.
+        num_heads (int): Attention heads.
+        feedforward_channels (int): Hidden channels of the MLP.
+        qkv_bias (bool): Bias in the qkv projection. Defaults to True.
+        drop_rate (float): Dropout after projections. Defaults to 0.
+        attn_drop_rate (float): Attention dropout. Defaults to 0.
+        drop_path_rate (float): Stochastic depth. Defaults to 0.
+        norm_cfg (dict): Norm config. Defaults to LN with eps 1e-6.
+        layer_scale_init_value (float): Initial layer-scale value; 0
+            disables layer scale. Defaults to 0.
+        window_size (int): Window attention size, 0 for global.
+            Defaults to 0.
+        rel_pos_grid (Sequence[int], optional): Grid of this layer's
+            relative position bias table. Defaults to None.
+
+    Example:
+        >>> blk = TransformerBlock(64, 2, 256)
+        >>> blk(torch.randn(2, 17, 64), attn_pos=torch.randn(1, 17, 64)).shape
+        torch.Size([2, 17, 64])
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 feedforward_channels: int,
+                 qkv_bias: bool = True,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 layer_scale_init_value: float = 0.,
+                 window_size: int = 0,
+                 rel_pos_grid: Optional[Sequence[int]] = None) -> None:
+        super().__init__()
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = Attention(
+            embed_dims,
+            num_heads,
+            qkv_bias=qkv_bias,
+            attn_drop=attn_drop_rate,
+            proj_drop=drop_rate,
+            window_size=window_size,
+            rel_pos_grid=rel_pos_grid)
+        self.drop_path = (
+            DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.mlp = Mlp(embed_dims, feedforward_channels, drop=drop_rate)
+        self.layer_scale = layer_scale_init_value > 0
+        if self.layer_scale:
+            self.gamma1 = nn.Parameter(
+                torch.full((embed_dims, ), float(layer_scale_init_value)))
+            self.gamma2 = nn.Parameter(
+                torch.full((embed_dims, ), float(layer_scale_init_value)))
+
+    def forward(self,
+                x: Tensor,
+                attn_pos: Optional[Tensor] = None,
+                attn_bias: Optional[Tensor] = None,
+                hw: Optional[Tuple[int, int]] = None) -> Tensor:
+        """Args:
+            x (Tensor): Tokens ``(B, N, C)``.
+            attn_pos (Tensor, optional): ``(1, N, C)``, added to
+                ``norm1(x)`` only.
+            attn_bias (Tensor, optional): ``(1, heads, N, N)`` logits bias.
+            hw (tuple, optional): Patch grid, for window attention.
+        """
+        h = self.norm1(x)
+        if attn_pos is not None:
+            h = h + attn_pos
+        h = self.attn(h, attn_bias, hw)
+        if self.layer_scale:
+            h = self.gamma1 * h
+        x = x + self.drop_path(h)
+        h = self.mlp(self.norm2(x))
+        if self.layer_scale:
+            h = self.gamma2 * h
+        return x + self.drop_path(h)

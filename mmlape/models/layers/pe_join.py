@@ -1,0 +1,464 @@
+"""Position-embedding joins: how the PE reaches each encoder layer.
+
+References:
+    ``default``: ViT/DeiT (PE added to the tokens once, at the input).
+    ``share``/``unshare``: the baselines of the LaPE paper (the PE enters
+    the residual stream at every layer; one PE, or one per layer).
+    ``LaPE``: Yu et al., "LaPE: Layer-adaptive Position Embedding for Vision
+    Transformers with Independent Layer Normalization", ICCV 2023.
+    ``PVG``/``MPVG``: Lee, Ham, Kim, "Position Vector Guidance ..." (layer-
+    wise PE from layer 1 on, GAP, and for MPVG the PE added again at the
+    last LayerNorm), AAAI 2025.
+
+A join is chosen by config (``pe_join=dict(type='LaPE', ...)``) and does one
+thing: it turns the raw position embedding into a :class:`PEPlan`, which
+says what is added where in one forward pass. The backbone runs the plan
+(:meth:`mmlape.models.backbones.LaPEViT.forward_blocks`); no other code
+knows which join is in use. A plan depends on the weights and on the patch
+grid, never on the image, so in eval mode the backbone computes it once per
+grid and reuses it.
+
+The per-layer PE norms ``LN'_l`` are created by the join but stored on the
+blocks (``blocks.{l}.pe_norm``, the state-dict name of the LaPE code), so
+that layer-wise lr decay, freezing and checkpoint tools that key on
+``blocks.{l}`` treat them as part of their layer.
+"""
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from torch import Tensor
+
+from mmlape.registry import PE_JOINS
+
+__all__ = [
+    'PEPlan', 'BasePEJoin', 'DefaultJoin', 'ShareJoin', 'UnshareJoin',
+    'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'pe_join_names'
+]
+
+ABSOLUTE_PE_TYPES = ('learnable', 'sincos1d', 'sincos2d')
+
+
+@dataclass
+class PEPlan:
+    """What the position embedding contributes to one forward pass.
+
+    For layer ``l`` the backbone computes
+    ``x = x + residual[l]`` and then
+    ``x = x + MSA(norm1(x) + attn[l], bias=bias[l]) ...`` (see
+    :class:`~mmlape.models.layers.TransformerBlock`). ``None`` means nothing
+    is added.
+
+    Attributes:
+        input (Tensor, optional): ``(1, N', C)`` added to the tokens before
+            layer 0.
+        residual (list[Tensor | None]): ``(1, N', C)`` per layer, added to
+            the residual stream before that layer.
+        attn (list[Tensor | None]): ``(1, N', C)`` per layer, added to the
+            attention input ``norm1(x)`` only.
+        bias (list[Tensor | None]): ``(1, heads, N', N')`` per layer, added
+            to the attention logits (relative PE).
+        final (Tensor, optional): ``(1, N', C)`` added after the final norm.
+        final_mean (Tensor, optional): ``(1, C)``, the mean of ``final``
+            over the patch tokens: what ``final`` adds to a globally
+            average-pooled output. Set whenever ``final`` is.
+    """
+    num_layers: int
+    input: Optional[Tensor] = None
+    residual: List[Optional[Tensor]] = field(default_factory=list)
+    attn: List[Optional[Tensor]] = field(default_factory=list)
+    bias: List[Optional[Tensor]] = field(default_factory=list)
+    final: Optional[Tensor] = None
+    final_mean: Optional[Tensor] = None
+
+    def __post_init__(self) -> None:
+        for name in ('residual', 'attn', 'bias'):
+            if not getattr(self, name):
+                setattr(self, name, [None] * self.num_layers)
+
+
+def _join_error(join: str, option: str, value: Any, allowed: str) -> str:
+    return (f'pe_join.{option}={value!r} is not valid for '
+            f'pe_join.type={join!r}: {allowed}')
+
+
+class BasePEJoin(nn.Module):
+    """Base class of the joins.
+
+    A subclass sets the class attributes, overrides :meth:`plan` and, if it
+    needs per-layer PE norms, :meth:`build_layer_norm`. The backbone passes
+    the context arguments; the config passes only ``type`` and the join's
+    own options.
+
+    Args:
+        num_layers (int): Encoder layers ``L``.
+        embed_dims (int): Channels ``C``.
+        with_cls_token (bool): Whether the token sequence starts with a class
+            token (then the PE has a class-token row).
+        pe_type (str): One of ``learnable``, ``sincos1d``, ``sincos2d``,
+            ``relative``.
+        num_patches (int): Patches of the PE's own grid (the normalised
+            shape of a relative-bias norm).
+        norm_cfg (dict): Config of the PE norms. Defaults to LN, eps 1e-6.
+    """
+    #: Registered name, used in messages.
+    name: str = 'Base'
+    #: PE types the join accepts.
+    pe_types: Sequence[str] = ABSOLUTE_PE_TYPES
+    #: Whether a class token is allowed.
+    allows_cls_token: bool = True
+
+    def __init__(self,
+                 num_layers: int,
+                 embed_dims: int,
+                 with_cls_token: bool,
+                 pe_type: str = 'learnable',
+                 num_patches: Optional[int] = None,
+                 norm_cfg: Optional[Dict] = None) -> None:
+        super().__init__()
+        self.num_layers = num_layers
+        self.embed_dims = embed_dims
+        self.with_cls_token = with_cls_token
+        self.pe_type = pe_type
+        self.num_patches = num_patches
+        self.norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
+        if pe_type not in self.pe_types:
+            raise ValueError(
+                f'pe_join.type={self.name!r} does not support '
+                f'pe_type={pe_type!r}; it supports {list(self.pe_types)}')
+        if with_cls_token and not self.allows_cls_token:
+            raise ValueError(
+                f'pe_join.type={self.name!r} is incompatible with a class '
+                f'token: it uses global average pooling and has no '
+                f'class-token position. Build the backbone with '
+                f"with_cls_token=False and out_type='avg_featmap' (or "
+                f"'featmap' for dense tasks).")
+
+    @property
+    def num_pos_embeds(self) -> int:
+        """How many absolute PEs the backbone owns (1, or ``L``)."""
+        return 1
+
+    @property
+    def extra_tokens(self) -> int:
+        return 1 if self.with_cls_token else 0
+
+    def build_layer_norm(self, index: int) -> Optional[nn.Module]:
+        """The PE norm of layer ``index`` (stored as ``blocks.{i}.pe_norm``),
+        or None when the layer has none."""
+        return None
+
+    def _new_norm(self) -> nn.Module:
+        dims = (
+            self.num_patches
+            if self.pe_type == 'relative' else self.embed_dims)
+        return build_norm_layer(self.norm_cfg, dims)[1]
+
+    def plan(self, pos: Optional[Tensor], rel_biases: Optional[List[Tensor]],
+             pe_norms: Sequence[Optional[nn.Module]]) -> PEPlan:
+        """Build the plan of one forward pass.
+
+        Args:
+            pos (Tensor, optional): The raw absolute PE, already resized to
+                the input's grid, ``(num_pos_embeds, N', C)``; None for a
+                relative PE.
+            rel_biases (list[Tensor], optional): Each layer's raw relative
+                bias ``(heads, N, N)`` over the patches; None for an
+                absolute PE.
+            pe_norms (Sequence[nn.Module | None]): ``blocks[l].pe_norm``.
+
+        Returns:
+            PEPlan: The plan.
+        """
+        raise NotImplementedError
+
+    def _pad_bias(self, bias: Tensor) -> Tensor:
+        """(heads, N, N) patch bias to (1, heads, N', N'), zero for the
+        class token (relative PEs act on patch-patch logits only)."""
+        e = self.extra_tokens
+        if e:
+            bias = nn.functional.pad(bias, (e, 0, e, 0))
+        return bias[None]
+
+    def extra_repr(self) -> str:
+        return f'type={self.name}, num_layers={self.num_layers}'
+
+
+@PE_JOINS.register_module(name='Default')
+class DefaultJoin(BasePEJoin):
+    """ViT/DeiT: ``x_0 = tokens + pos``; no layer sees the PE again.
+
+    With a relative PE, every layer adds its own raw bias to its logits.
+
+    Example:
+        >>> join = build_pe_join(dict(type='Default'), num_layers=4,
+        ...                      embed_dims=64, with_cls_token=True)
+        >>> plan = join.plan(torch.randn(1, 17, 64), None, [None] * 4)
+        >>> plan.input.shape, plan.attn
+        (torch.Size([1, 17, 64]), [None, None, None, None])
+    """
+    name = 'Default'
+    pe_types = ABSOLUTE_PE_TYPES + ('relative', )
+
+    def plan(self, pos, rel_biases, pe_norms):
+        plan = PEPlan(self.num_layers, input=pos)
+        if rel_biases is not None:
+            plan.bias = [self._pad_bias(b) for b in rel_biases]
+        return plan
+
+
+@PE_JOINS.register_module(name='Share')
+class ShareJoin(BasePEJoin):
+    """``x'_l = (x_l + pos) + MSA(LN_l(x_l + pos))`` at every layer.
+
+    One PE for all layers, entering the residual stream each time.
+    """
+    name = 'Share'
+
+    def plan(self, pos, rel_biases, pe_norms):
+        return PEPlan(self.num_layers, residual=[pos] * self.num_layers)
+
+
+@PE_JOINS.register_module(name='Unshare')
+class UnshareJoin(BasePEJoin):
+    """Like ``share``, but layer ``l`` has its own learnable ``pos^(l)``.
+
+    The backbone's ``pos_embed`` then has shape ``(L, N', C)``; row ``l`` is
+    layer ``l``'s PE.
+    """
+    name = 'Unshare'
+    pe_types = ('learnable', )
+
+    @property
+    def num_pos_embeds(self) -> int:
+        return self.num_layers
+
+    def plan(self, pos, rel_biases, pe_norms):
+        return PEPlan(
+            self.num_layers,
+            residual=[pos[i:i + 1] for i in range(self.num_layers)])
+
+
+@PE_JOINS.register_module(name='LaPE')
+class LaPEJoin(BasePEJoin):
+    """LaPE: an independent LayerNorm for the PE in every layer.
+
+    ``x_0 = tokens``; ``pos_0 = pos``; in layer ``l``:
+    ``p_l = LN'_l(pos_l)``, ``x'_l = x_l + MSA(LN_l(x_l) + p_l)`` and
+    ``pos_{l+1} = p_l`` (hierarchical). The PE never enters the residual
+    stream nor the MLP input.
+
+    With a relative PE, layer ``l``'s bias table goes through ``LN'_l``
+    (over the key axis) before it is added to the patch-patch logits.
+
+    Args:
+        hierarchical (bool): Pass each layer's normalised PE on to the next
+            layer (the paper's form). False normalises the raw PE in every
+            layer (``p_l = LN'_l(pos)``, the first code release).
+            Defaults to True.
+        num_pe_layers (int, optional): ``eta``: only the first ``eta``
+            layers (counted from the join's first PE layer) take the PE;
+            the rest take none. Defaults to all.
+        **kwargs: The context arguments of :class:`BasePEJoin`.
+
+    Example:
+        >>> join = build_pe_join(dict(type='LaPE', num_pe_layers=2),
+        ...                      num_layers=4, embed_dims=64,
+        ...                      with_cls_token=True)
+        >>> [join.build_layer_norm(i) is not None for i in range(4)]
+        [True, True, False, False]
+    """
+    name = 'LaPE'
+    pe_types = ABSOLUTE_PE_TYPES + ('relative', )
+    #: First layer that takes a layer-wise PE.
+    first_pe_layer: int = 0
+    #: Whether the raw PE is also added to the tokens at the input.
+    adds_pe_at_input: bool = False
+
+    def __init__(self,
+                 hierarchical: bool = True,
+                 num_pe_layers: Optional[int] = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(hierarchical, bool):
+            raise TypeError(
+                _join_error(self.name, 'hierarchical', hierarchical,
+                            'it must be True or False'))
+        available = self.num_layers - self.first_pe_layer
+        if num_pe_layers is None:
+            num_pe_layers = available
+        if (not isinstance(num_pe_layers, int)
+                or isinstance(num_pe_layers, bool)
+                or not 1 <= num_pe_layers <= available):
+            raise ValueError(
+                _join_error(
+                    self.name, 'num_pe_layers', num_pe_layers,
+                    f'eta must be an int in [1, {available}] for '
+                    f'{self.num_layers} layers'))
+        self.hierarchical = hierarchical
+        self.num_pe_layers = num_pe_layers
+
+    @property
+    def pe_layers(self) -> range:
+        """Indices of the layers that take the layer-wise PE."""
+        return range(self.first_pe_layer,
+                     self.first_pe_layer + self.num_pe_layers)
+
+    def build_layer_norm(self, index):
+        return self._new_norm() if index in self.pe_layers else None
+
+    def _layerwise(self, pos: Tensor,
+                   pe_norms: Sequence[Optional[nn.Module]]) -> List:
+        attn: List[Optional[Tensor]] = [None] * self.num_layers
+        stream = pos
+        for i in self.pe_layers:
+            p = pe_norms[i](stream)
+            attn[i] = p
+            if self.hierarchical:
+                stream = p
+        return attn
+
+    def plan(self, pos, rel_biases, pe_norms):
+        if rel_biases is not None:
+            bias: List[Optional[Tensor]] = [None] * self.num_layers
+            for i in self.pe_layers:
+                bias[i] = self._pad_bias(pe_norms[i](rel_biases[i]))
+            return PEPlan(self.num_layers, bias=bias)
+        return PEPlan(
+            self.num_layers,
+            input=pos if self.adds_pe_at_input else None,
+            attn=self._layerwise(pos, pe_norms))
+
+    def extra_repr(self) -> str:
+        return (f'{super().extra_repr()}, hierarchical={self.hierarchical}, '
+                f'pe_layers={list(self.pe_layers)}')
+
+
+@PE_JOINS.register_module(name='PVG')
+class PVGJoin(LaPEJoin):
+    """PVG: the PE at the input, and layer-wise from layer 1 on; GAP.
+
+    ``x_0 = tokens + pos``; layer 0 is a plain layer; for ``l >= 1``:
+    ``p_l = LN'_l(pos_{l-1})``, ``x'_l = x_l + MSA(LN_l(x_l) + p_l)``,
+    ``pos_l = p_l`` with ``pos_0 = pos``. There is no class token.
+
+    Args:
+        hierarchical (bool): As for LaPE. Defaults to True.
+        num_pe_layers (int, optional): Layers ``1..eta`` take the PE.
+            Defaults to all (``L - 1``).
+    """
+    name = 'PVG'
+    pe_types = ABSOLUTE_PE_TYPES
+    allows_cls_token = False
+    first_pe_layer = 1
+    adds_pe_at_input = True
+
+
+@PE_JOINS.register_module(name='MPVG')
+class MPVGJoin(PVGJoin):
+    """MPVG: PVG plus the PE at the last LayerNorm.
+
+    ``y = LN(x_L) + LN'_last(src)``, then GAP, where ``src`` is ``pos_0``
+    (the raw input PE, default) or the PE layer ``k`` received (``p_k``).
+    ``LN'_last`` is stored as ``pe_join.last_norm``.
+
+    With GAP the final term adds ``mean_tokens(LN'_last(src))``, a vector
+    that does not depend on the image: the plan carries it as
+    ``final_mean`` so a pooled output adds a ``(1, C)`` vector instead of a
+    ``(B, N, C)`` tensor (the same result).
+
+    Args:
+        last_pe_source (str | int): ``'pos_0'``, or the index ``k`` of a PE
+            layer whose normalised PE is used. Defaults to ``'pos_0'``.
+        **kwargs: As for :class:`PVGJoin`.
+    """
+    name = 'MPVG'
+
+    def __init__(self,
+                 last_pe_source: Union[str, int] = 'pos_0',
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        is_index = (
+            isinstance(last_pe_source, int)
+            and not isinstance(last_pe_source, bool))
+        valid = last_pe_source == 'pos_0' or (is_index and last_pe_source
+                                              in self.pe_layers)
+        if not valid:
+            raise ValueError(
+                _join_error(
+                    self.name, 'last_pe_source', last_pe_source,
+                    f"use 'pos_0' or a PE layer index in "
+                    f'[{self.pe_layers.start}, {self.pe_layers.stop - 1}]'))
+        self.last_pe_source = last_pe_source
+        self.last_norm = build_norm_layer(self.norm_cfg, self.embed_dims)[1]
+
+    def plan(self, pos, rel_biases, pe_norms):
+        plan = super().plan(pos, rel_biases, pe_norms)
+        src = (
+            pos if self.last_pe_source == 'pos_0' else
+            plan.attn[self.last_pe_source])
+        plan.final = self.last_norm(src)
+        plan.final_mean = plan.final[:, self.extra_tokens:].mean(dim=1)
+        return plan
+
+    def extra_repr(self) -> str:
+        return (f'{super().extra_repr()}, '
+                f'last_pe_source={self.last_pe_source!r}')
+
+
+def pe_join_names() -> List[str]:
+    """Registered join names (``pe_join=dict(type=...)``)."""
+    return sorted(PE_JOINS.module_dict)
+
+
+def build_pe_join(cfg: Union[None, str, Dict], **context) -> BasePEJoin:
+    """Build a join from its config and the backbone's context.
+
+    ``type`` is matched case-insensitively (``'lape'`` is ``'LaPE'``).
+
+    Args:
+        cfg (dict | str | None): ``dict(type=..., **options)``, a type
+            name, or None for ``Default``.
+        **context: ``num_layers``, ``embed_dims``, ``with_cls_token``,
+            ``pe_type``, ``num_patches``, ``norm_cfg``.
+
+    Returns:
+        BasePEJoin: The join.
+
+    Raises:
+        ValueError: Unknown type, unknown option or bad value; the message
+            names the option and what is allowed.
+    """
+    if cfg is None:
+        cfg = dict(type='Default')
+    elif isinstance(cfg, str):
+        cfg = dict(type=cfg)
+    cfg = dict(cfg)
+    join_type = cfg.pop('type', None)
+    if inspect.isclass(join_type) and issubclass(join_type, BasePEJoin):
+        cls = join_type
+    else:
+        lookup = {k.lower(): v for k, v in PE_JOINS.module_dict.items()}
+        cls = lookup.get(str(join_type).lower())
+        if cls is None:
+            raise ValueError(f'Unknown pe_join.type={join_type!r}; '
+                             f'choose one of {pe_join_names()}')
+    allowed = set()
+    for klass in cls.__mro__:
+        if klass is nn.Module or not issubclass(klass, BasePEJoin):
+            continue
+        allowed |= set(inspect.signature(klass.__init__).parameters)
+    allowed -= {'self', 'kwargs'}
+    options = sorted(allowed - set(context))
+    clash = sorted(set(cfg) & set(context))
+    if clash:
+        raise ValueError(f'pe_join options {clash} are set by the backbone '
+                         f'and cannot be given in pe_join')
+    unknown = sorted(set(cfg) - set(options))
+    if unknown:
+        raise ValueError(f'Unknown option(s) {unknown} for '
+                         f'pe_join.type={cls.name!r}; its options are '
+                         f'{options}')
+    return cls(**context, **cfg)

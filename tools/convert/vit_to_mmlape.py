@@ -1,0 +1,71 @@
+"""Convert a ViT checkpoint to mmlape's key names.
+
+Reads official DeiT / LaPE checkpoints (timm names, ``blocks.{i}.pe_norm``,
+``pos_embed{i}`` for the unshared PE), mmpretrain and mmseg ViT checkpoints,
+and writes an mmengine-style checkpoint (``state_dict`` with ``backbone.``
+keys) that loads into an mmlape classifier, or into ViT-Adapter/Segmenter
+with ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix='backbone.')``.
+
+Example:
+    python tools/convert/vit_to_mmlape.py deit_tiny_lape.pth out.pth
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+import torch
+
+from mmlape.utils import safe_torch_load
+from mmlape.utils.convert import FORMATS, convert_checkpoint
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('src', help='checkpoint to convert')
+    parser.add_argument('dst', help='where to write the mmlape checkpoint')
+    parser.add_argument(
+        '--format',
+        choices=FORMATS,
+        default=None,
+        help='source naming (detected when omitted)')
+    parser.add_argument(
+        '--head',
+        choices=('vit', 'linear', 'none'),
+        default='vit',
+        help='where a timm classifier goes: '
+        'VisionTransformerClsHead (vit), LinearClsHead '
+        '(linear), or dropped (none)')
+    parser.add_argument(
+        '--force', action='store_true', help='overwrite an existing dst')
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not osp.isfile(args.src):
+        print(
+            f'error: checkpoint "{args.src}" does not exist', file=sys.stderr)
+        return 2
+    if osp.exists(args.dst) and not args.force:
+        print(
+            f'error: "{args.dst}" exists; pass --force to overwrite it',
+            file=sys.stderr)
+        return 2
+    try:
+        ckpt = convert_checkpoint(
+            safe_torch_load(args.src, 'cpu'), fmt=args.format, head=args.head)
+    except ValueError as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 2
+    tmp = args.dst + '.tmp'
+    torch.save(ckpt, tmp)
+    os.replace(tmp, args.dst)  # never leave a half-written dst
+    fmt = ckpt['meta']['converted_from']
+    print(f'converted {len(ckpt["state_dict"])} tensors ({fmt} names) to '
+          f'{args.dst}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
