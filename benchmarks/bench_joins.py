@@ -3,9 +3,10 @@
 For every join and for mmpretrain's own ``VisionTransformer`` (the model
 mmlape's default join replaces) it measures parameters, FLOPs, the median
 time of an eval forward (no grad) and of a train step (forward + backward),
-and the peak memory of a train step. Timings are interleaved across models,
-round by round, so that drift of the machine hits all models alike; ratios
-are against mmlape's default join measured in the same run.
+and the activation memory a train step keeps for backward. Timings are
+interleaved across models, round by round, so that drift of the machine
+hits all models alike; ratios are against mmlape's default join measured
+in the same run.
 
 Targets: LaPE/PVG/MPVG train <= 1.03x and eval <= 1.01x the default join;
 the default join <= 1.02x mmpretrain's VisionTransformer.
@@ -14,9 +15,7 @@ Example:
     python benchmarks/bench_joins.py --batch 8 --rounds 15 --out bench.md
 """
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
 
@@ -90,24 +89,21 @@ def flops_of(model, img):
     return counter.get_total_flops()
 
 
-def peak_memory_mb(name, batch):
-    """Peak RSS growth of one train step, in a fresh process."""
-    code = ('import resource, json, torch, sys\n'
-            f'sys.path.insert(0, {sys.path[0]!r})\n'
-            'from bench_joins import build, train_step\n'
-            f'torch.set_num_threads({torch.get_num_threads()})\n'
-            f'model = build({name!r}).train()\n'
-            f'img = torch.randn({batch}, 3, 224, 224)\n'
-            f'target = torch.randint(0, 1000, ({batch},))\n'
-            'before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n'
-            'train_step(model, img, target)\n'
-            'after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n'
-            'print(json.dumps((after - before) / 1024))\n')
-    out = subprocess.run([sys.executable, '-c', code],
-                         capture_output=True,
-                         text=True,
-                         check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def activation_mb(model, img):
+    """Memory a train step keeps for backward: the bytes of every distinct
+    storage autograd saves during the forward pass. Deterministic, unlike
+    the process's resident size, which the allocator makes noisy."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = \
+            t.untyped_storage().nbytes()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(img, mode='tensor')
+    return sum(storages.values()) / 2**20
 
 
 def main():
@@ -116,7 +112,6 @@ def main():
     parser.add_argument('--rounds', type=int, default=15)
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    parser.add_argument('--no-memory', action='store_true')
     parser.add_argument('--out', help='also write the table (markdown)')
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -147,7 +142,7 @@ def main():
     base = med['default']
     rows = []
     header = ('| model | params | GFLOPs | eval ms | eval x | train ms | '
-              'train x | peak MB |')
+              'train x | act. MB |')
     rows.append(header)
     rows.append('|' + '---|' * 8)
     failed = []
@@ -155,11 +150,10 @@ def main():
         params = sum(p.numel() for p in model.parameters())
         gflops = flops_of(model.eval(), img) / 1e9
         ev, tr = med[name]['eval'], med[name]['train']
-        mem = ('n/a' if args.no_memory else
-               f'{peak_memory_mb(name, args.batch):.0f}')
+        mem = activation_mb(model, img)
         rows.append(f'| {name} | {params / 1e6:.3f}M | {gflops:.3f} | '
                     f'{ev * 1e3:.1f} | {ev / base["eval"]:.3f} | '
-                    f'{tr * 1e3:.1f} | {tr / base["train"]:.3f} | {mem} |')
+                    f'{tr * 1e3:.1f} | {tr / base["train"]:.3f} | {mem:.1f} |')
         if name in ('LaPE', 'PVG', 'MPVG'):
             for mode, limit in TARGETS.items():
                 if med[name][mode] / base[mode] > limit:

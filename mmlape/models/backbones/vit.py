@@ -397,6 +397,10 @@ class LaPEViT(BaseModule):
         if self.with_cls_token:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x],
                           dim=1)
+        else:
+            # The patch embedding is a transposed view; without the copy
+            # that `cat` makes, every later op would run on strided memory.
+            x = x.contiguous()
         if plan.input is not None:
             x = x + plan.input
         return self.drop_after_pos(x)

@@ -1,0 +1,79 @@
+# The embedded demo: a small DeiT (default PE join) on the generated
+# position-sensitive set of mmlape.datasets.pos_shapes (32x32 images, the
+# class is where a square is relative to a disk). Trains in about a minute
+# on 2 CPU cores. `python tools/demo.py` generates the data and runs it.
+_base_ = 'mmpretrain::_base_/default_runtime.py'
+
+custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+
+data_root = 'data/pos_shapes'
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(
+        type='LaPEViT',
+        arch=dict(
+            embed_dims=96, num_layers=4, num_heads=3,
+            feedforward_channels=192),
+        img_size=32,
+        patch_size=4,
+        pe_join=dict(type='Default')),
+    neck=None,
+    head=dict(
+        type='VisionTransformerClsHead',
+        num_classes=4,
+        in_channels=96,
+        loss=dict(type='CrossEntropyLoss')))
+
+data_preprocessor = dict(
+    num_classes=4, mean=[110., 110., 110.], std=[60., 60., 60.], to_rgb=True)
+pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
+train_dataloader = dict(
+    batch_size=64,
+    num_workers=0,
+    dataset=dict(
+        type='CustomDataset',
+        data_root=data_root,
+        ann_file='meta/train.txt',
+        data_prefix='train',
+        pipeline=pipeline),
+    sampler=dict(type='DefaultSampler', shuffle=True))
+val_dataloader = dict(
+    batch_size=100,
+    num_workers=0,
+    dataset=dict(
+        type='CustomDataset',
+        data_root=data_root,
+        ann_file='meta/val.txt',
+        data_prefix='val',
+        pipeline=pipeline),
+    sampler=dict(type='DefaultSampler', shuffle=False))
+val_evaluator = dict(type='Accuracy', topk=(1, ))
+test_dataloader = val_dataloader
+test_evaluator = val_evaluator
+
+max_iters = 600
+optim_wrapper = dict(
+    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05),
+    paramwise_cfg=dict(
+        norm_decay_mult=0.0,
+        bias_decay_mult=0.0,
+        custom_keys={
+            '.cls_token': dict(decay_mult=0.0),
+            '.pos_embed': dict(decay_mult=0.0),
+        }))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, end=50),
+    dict(type='CosineAnnealingLR', by_epoch=False, begin=50, end=max_iters)
+]
+train_cfg = dict(by_epoch=False, max_iters=max_iters, val_interval=max_iters)
+val_cfg = dict()
+test_cfg = dict()
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=50),
+    checkpoint=dict(
+        type='CheckpointHook',
+        by_epoch=False,
+        interval=max_iters,
+        max_keep_ckpts=1))
+log_processor = dict(by_epoch=False)
+randomness = dict(seed=0)

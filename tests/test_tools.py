@@ -1,0 +1,174 @@
+"""tools/train.py, tools/test.py, dist_train.sh and the demo, end to end on
+generated data (CPU)."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mmlape.datasets import generate_pos_shapes
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DEMO = 'configs/demo/deit-demo_pos-shapes.py'
+
+
+def run(args, check=True, **kwargs):
+    env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1')
+    out = subprocess.run(
+        args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        **kwargs)
+    if check and out.returncode:
+        raise AssertionError(f'{args} failed:\n{out.stdout[-3000:]}\n'
+                             f'{out.stderr[-3000:]}')
+    return out
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp('pos_shapes'))
+    generate_pos_shapes(root, num_train=64, num_val=16, seed=1)
+    return root
+
+
+def options(data, iters, interval):
+    return ['--cfg-options'] + [
+        f'{s}_dataloader.dataset.data_root={data}'
+        for s in ('train', 'val', 'test')
+    ] + [
+        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
+        f'default_hooks.checkpoint.interval={interval}',
+        'default_hooks.checkpoint.max_keep_ckpts=5',
+        'train_dataloader.batch_size=8', 'param_scheduler.0.end=2',
+        'param_scheduler.1.begin=2', f'param_scheduler.1.end={iters}',
+        'default_hooks.logger.interval=1'
+    ]
+
+
+def test_generated_set_is_deterministic_and_in_imagenet_layout(tmp_path):
+    a, b = tmp_path / 'a', tmp_path / 'b'
+    generate_pos_shapes(str(a), 8, 4, seed=3)
+    generate_pos_shapes(str(b), 8, 4, seed=3)
+    for split in ('train', 'val'):
+        assert sorted(os.listdir(
+            a / split)) == ['above', 'below', 'left', 'right']
+        assert (a / 'meta' / f'{split}.txt').read_text() == \
+            (b / 'meta' / f'{split}.txt').read_text()
+    assert (a / 'train/left/00000.png').read_bytes() == \
+        (b / 'train/left/00000.png').read_bytes()
+
+
+def test_dist_train_two_cpu_processes_then_resume(data, tmp_path):
+    full, resumed = str(tmp_path / 'full'), str(tmp_path / 'resumed')
+    env = dict(os.environ, PORT='29611', OMP_NUM_THREADS='1')
+    out = subprocess.run(
+        ['bash', 'tools/dist_train.sh', DEMO, '2', '--work-dir', full] +
+        options(data, 6, 2),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    assert 'Distributed launcher: pytorch' in log or 'world_size: 2' in log
+    ckpt4 = osp.join(full, 'iter_4.pth')
+    env['PORT'] = '29612'
+    out = subprocess.run(
+        [
+            'bash', 'tools/dist_train.sh', DEMO, '2', '--work-dir', resumed,
+            '--resume', ckpt4
+        ] + options(data, 6, 2),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    assert 'resumed epoch: 0, iter: 4' in log
+    assert 'Iter(train) [5/6]' in log and 'Iter(train) [1/6]' not in log
+    a = torch.load(osp.join(full, 'iter_6.pth'))
+    b = torch.load(osp.join(resumed, 'iter_6.pth'))
+    assert b['meta']['iter'] == 6
+    for key, value in a['state_dict'].items():
+        torch.testing.assert_close(b['state_dict'][key], value, msg=key)
+    state_a = a['optimizer']['state']
+    state_b = b['optimizer']['state']
+    assert state_a.keys() == state_b.keys()
+    for idx in state_a:
+        for name in ('exp_avg', 'exp_avg_sq', 'step'):
+            torch.testing.assert_close(state_b[idx][name], state_a[idx][name])
+
+
+def test_train_then_test_single_process(data, tmp_path):
+    work = str(tmp_path / 'single')
+    run([sys.executable, 'tools/train.py', DEMO, '--work-dir', work] +
+        options(data, 3, 3))
+    out = run([
+        sys.executable, 'tools/test.py', DEMO,
+        osp.join(work, 'iter_3.pth'), '--work-dir', work, '--out',
+        osp.join(work, 'preds.pkl')
+    ] + options(data, 3, 3))
+    with open(osp.join(work, 'test_metrics.json')) as f:
+        metrics = json.load(f)
+    assert 0 <= metrics['accuracy/top1'] <= 100
+    assert osp.isfile(osp.join(work, 'preds.pkl'))
+    assert 'accuracy/top1' in out.stdout
+
+
+@pytest.mark.parametrize('case', ['config', 'data', 'join', 'resume', 'amp'])
+def test_bad_input_is_one_clear_error(case, data, tmp_path):
+    args = [
+        sys.executable, 'tools/train.py', DEMO, '--work-dir',
+        str(tmp_path / case)
+    ] + options(data, 2, 2)
+    expect = {
+        'config': 'config file "nope.py" does not exist',
+        'data': 'dataset path "/no/such/dir" does not exist',
+        'join': "Unknown pe_join.type='Nope'",
+        'resume': 'is a checkpoint of another model',
+        'amp': '--amp needs a CUDA GPU',
+    }[case]
+    if case == 'config':
+        args[2] = 'nope.py'
+    elif case == 'data':
+        args += ['train_dataloader.dataset.data_root=/no/such/dir']
+    elif case == 'join':
+        args += ['model.backbone.pe_join.type=Nope']
+    elif case == 'resume':
+        other = tmp_path / 'other.pth'
+        torch.save({'state_dict': {'backbone.x': torch.zeros(1)}}, other)
+        args = args[:5] + ['--resume', str(other)] + args[5:]
+    elif case == 'amp':
+        args.insert(5, '--amp')
+    out = run(args, check=False)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert expect in out.stderr
+    assert 'Traceback' not in out.stderr
+    if case == 'resume':
+        assert osp.isfile(tmp_path / 'other.pth')  # nothing saved is lost
+
+
+def test_demo_quick(tmp_path):
+    work = str(tmp_path / 'demo')
+    out = run([
+        sys.executable, 'tools/demo.py', '--work-dir', work, '--iters', '6',
+        '--num-train', '48', '--num-val', '16'
+    ])
+    table = [line for line in out.stdout.splitlines() if line.startswith('| ')]
+    assert table[0].startswith('| join | top-1 (%) | params | s/iter')
+    joins = [r.split('|')[1].strip() for r in table[1:]]
+    assert joins == ['default', 'lape', 'mpvg']
+    for row in table[1:]:
+        top1 = float(row.split('|')[2])
+        assert 0 <= top1 <= 100
+    assert osp.getsize(osp.join(work, 'pe_similarity.png')) > 10000
+    assert '[lape] train 6/6' in out.stdout

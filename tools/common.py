@@ -1,0 +1,82 @@
+"""What ``tools/train.py`` and ``tools/test.py`` share."""
+import contextlib
+import os.path as osp
+import sys
+
+from mmlape.utils.launch import UsageError
+
+__all__ = [
+    'UsageError', 'fail', 'finish', 'load_config', 'setup_runner'
+]
+
+
+@contextlib.contextmanager
+def fail():
+    """Turn input errors into one line on stderr and exit status 2."""
+    try:
+        yield
+    except (UsageError, FileNotFoundError, ValueError, KeyError,
+            TypeError) as err:
+        message = str(err).strip().strip('"')
+        print(f'error: {message}', file=sys.stderr)
+        sys.exit(2)
+
+
+def load_config(path, cfg_options, launcher, work_dir):
+    from mmengine.config import Config, DictAction  # noqa: F401
+    if not osp.isfile(path):
+        raise UsageError(f'config file "{path}" does not exist')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        options = {}
+        for item in cfg_options:
+            if '=' not in item:
+                raise UsageError(f'--cfg-options expects key=value, got '
+                                 f'"{item}"')
+            key, value = item.split('=', 1)
+            options[key] = _parse_value(value)
+        cfg.merge_from_dict(options)
+    cfg.launcher = launcher
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(path))[0])
+    return cfg
+
+
+def _parse_value(value):
+    import ast
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        if ',' in value:
+            return [_parse_value(v) for v in value.split(',')]
+        return value
+
+
+def setup_runner(cfg, phases):
+    """Register the scope's modules, check data paths, prepare CPU
+    distributed runs and build the runner."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+
+    import mmlape  # noqa: F401  (models, safe checkpoint loading)
+    from mmlape.utils.launch import (check_dataset_paths,
+                                     register_scope_modules,
+                                     setup_cpu_distributed)
+    register_scope_modules(cfg)
+    check_dataset_paths(cfg, phases)
+    setup_cpu_distributed(cfg)
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def finish():
+    """Tear the process group down before the interpreter exits (gloo
+    threads left running at exit can abort the process)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

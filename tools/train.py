@@ -1,0 +1,101 @@
+"""Train a model from an mmlape config (mmpretrain, mmdet or mmseg).
+
+The config's ``default_scope`` decides the task. Flags follow the OpenMMLab
+training scripts. Distributed runs go through ``tools/dist_train.sh``
+(torchrun); without CUDA they run on CPU processes with gloo.
+
+Example:
+    python tools/train.py configs/deit/deit-tiny-lape_4xb256_in1k.py
+    tools/dist_train.sh configs/deit/deit-tiny-lape_4xb256_in1k.py 8
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from tools.common import fail, finish, load_config, setup_runner  # noqa
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='where to save logs and models')
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from this checkpoint; without a path, from the latest '
+        'checkpoint in the work dir')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='automatic mixed precision (needs a GPU)')
+    parser.add_argument(
+        '--auto-scale-lr',
+        action='store_true',
+        help='scale the lr with the total batch size')
+    parser.add_argument(
+        '--no-validate',
+        action='store_true',
+        help='do not evaluate during training')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        default=None,
+        help='override config entries: key=value ...')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def build_cfg(args):
+    import torch
+
+    from tools.common import UsageError
+    cfg = load_config(args.config, args.cfg_options, args.launcher,
+                      args.work_dir)
+    if args.amp:
+        if not torch.cuda.is_available():
+            raise UsageError('--amp needs a CUDA GPU; none is available')
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.auto_scale_lr:
+        if 'auto_scale_lr' not in cfg or 'base_batch_size' not in \
+                cfg.auto_scale_lr:
+            raise UsageError('--auto-scale-lr: the config has no '
+                             'auto_scale_lr.base_batch_size')
+        cfg.auto_scale_lr.enable = True
+    if args.no_validate:
+        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    with fail():
+        cfg = build_cfg(args)
+        phases = ('train', ) if args.no_validate else ('train', 'val')
+        runner = setup_runner(cfg, phases)
+        if args.resume not in (None, 'auto'):
+            from mmlape.utils.launch import check_checkpoint_fits
+            check_checkpoint_fits(runner.model, args.resume, '--resume')
+    runner.train()
+    finish()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
