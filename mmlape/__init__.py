@@ -11,6 +11,6 @@ from .version import __version__, version_info
 
 install_safe_loading()
 
-from . import models  # noqa: E402,F401  (registers the models)
+from . import engine, models  # noqa: E402,F401  (registers them)
 
 __all__ = ['__version__', 'version_info']

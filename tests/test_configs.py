@@ -17,8 +17,17 @@ def join_of(path):
     name = osp.basename(path)
     for suffix, join in JOINS.items():
         if f'-{suffix}_' in name:
+            # ViT-Adapter has no final ViT norm: MPVG runs as its layer-wise
+            # (PVG) join there, with MPVG-pretrained weights.
+            if join == 'MPVG' and '/vit_adapter/' in path:
+                return 'PVG'
             return join
     return 'Default'
+
+
+def suffix_of(path):
+    name = osp.basename(path)
+    return next((s for s in JOINS if f'-{s}_' in name), None)
 
 
 def load(path):
@@ -48,6 +57,53 @@ def test_config_builds(path):
     assert type(backbone).__name__.startswith('LaPEViT')
     assert backbone.pe_join.name == join_of(path)
     assert 'mmlape' in cfg.custom_imports['imports']
+    init = cfg.model.backbone.get('init_cfg')
+    if init:  # fine-tuned from the ImageNet checkpoint of the same join
+        suffix = suffix_of(path)
+        ckpt = osp.basename(init['checkpoint'])
+        want = f'-{suffix}_in1k' if suffix else '_in1k'
+        assert want in ckpt and (suffix or ckpt.count('-') == 1), ckpt
+
+
+def test_dense_configs_exist():
+    names = {osp.relpath(p, ROOT) for p in CONFIGS}
+    for suffix in ('', '-lape', '-pvg', '-mpvg'):
+        assert ('configs/vit_adapter/mask-rcnn_vit-adapter-tiny'
+                f'{suffix}_fpn_3x_coco.py') in names
+        assert ('configs/vit_adapter/upernet_vit-adapter-tiny'
+                f'{suffix}_8xb2-160k_ade20k-512x512.py') in names
+
+
+def test_vit_adapter_recipes():
+    det, _ = load(
+        osp.join(
+            ROOT, 'configs/vit_adapter/'
+            'mask-rcnn_vit-adapter-tiny_fpn_3x_coco.py'))
+    assert det.optim_wrapper.optimizer.lr == 1e-4
+    assert det.optim_wrapper.optimizer.weight_decay == 0.05
+    assert det.train_cfg.max_epochs == 36
+    assert det.param_scheduler[1].milestones == [27, 33]
+    assert det.train_dataloader.batch_size * 8 == 16
+    assert det.model.backbone.vit_feature_source == 'last'
+    seg, _ = load(
+        osp.join(
+            ROOT, 'configs/vit_adapter/'
+            'upernet_vit-adapter-tiny_8xb2-160k_'
+            'ade20k-512x512.py'))
+    assert seg.optim_wrapper.optimizer.lr == 12e-5
+    assert seg.optim_wrapper.optimizer.weight_decay == 0.01
+    assert seg.optim_wrapper.paramwise_cfg.layer_decay_rate == 0.95
+    assert seg.train_cfg.max_iters == 160000
+    assert seg.param_scheduler[1].type == 'PolyLR'
+    assert seg.train_dataloader.batch_size * 8 == 16
+    assert seg.model.backbone.vit_feature_source == 'per_interaction'
+    for cfg in (det, seg):
+        bb = cfg.model.backbone
+        assert bb.arch == 'tiny' and bb.drop_path_rate == 0.1
+        assert bb.interaction_indexes == [[0, 2], [3, 5], [6, 8], [9, 11]]
+        assert bb.conv_inplane == 64 and bb.n_points == 4
+        assert bb.deform_num_heads == 6 and bb.cffn_ratio == 0.25
+        assert bb.adapter_norm_cfg.type == 'SyncBN'
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,7 @@ import sys
 
 from mmlape.utils.launch import UsageError
 
-__all__ = [
-    'UsageError', 'fail', 'finish', 'load_config', 'setup_runner'
-]
+__all__ = ['UsageError', 'fail', 'finish', 'load_config', 'setup_runner']
 
 
 @contextlib.contextmanager

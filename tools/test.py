@@ -14,8 +14,12 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import (UsageError, fail, finish, load_config,  # noqa
-                          setup_runner)
+from tools.common import (
+    UsageError,
+    fail,
+    finish,
+    load_config,  # noqa
+    setup_runner)
 
 
 def parse_args(argv=None):

@@ -1,3 +1,4 @@
 from .vit import LaPEViT, PatchEmbed
+from .vit_adapter import LaPEViTAdapter
 
-__all__ = ['LaPEViT', 'PatchEmbed']
+__all__ = ['LaPEViT', 'LaPEViTAdapter', 'PatchEmbed']

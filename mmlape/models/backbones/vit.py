@@ -158,6 +158,9 @@ class LaPEViT(BaseModule):
             feedforward_channels=256),
     }
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap')
+    #: Keys that a ViT checkpoint cannot have (modules a subclass adds);
+    #: they are summarised, not warned about, when a checkpoint loads.
+    new_key_pattern: Optional[str] = None
 
     def __init__(self,
                  arch: Union[str, Dict] = 'deit-tiny',
@@ -634,6 +637,16 @@ class LaPEViT(BaseModule):
         except RuntimeError as err:
             raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
                              f'{type(self).__name__}: {err}') from None
+        new = [
+            k for k in missing
+            if self.new_key_pattern and re.match(self.new_key_pattern, k)
+        ]
+        missing = [k for k in missing if k not in new]
+        if new:
+            print_log(
+                f'{len(new)} tensors of modules that a ViT checkpoint does '
+                f'not have are initialised afresh',
+                logger='current')
         if missing:
             print_log(
                 f'Keys missing from "{checkpoint}" (left as '

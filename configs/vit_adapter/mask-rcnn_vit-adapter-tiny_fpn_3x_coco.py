@@ -1,0 +1,102 @@
+# Mask R-CNN with ViT-Adapter-Ti (default PE join) on COCO, 3x schedule with
+# DETR-style multi-scale training, initialised from mmlape's ImageNet DeiT-Ti
+# of the same join (configs/deit/deit-tiny_4xb256_in1k.py). Batch 16
+# (8 GPUs x 2); AdamW lr 1e-4, weight decay 0.05; steps at epochs 27, 33.
+_base_ = [
+    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
+    'mmdet::_base_/datasets/coco_instance.py',
+    'mmdet::_base_/schedules/schedule_1x.py',
+    'mmdet::_base_/default_runtime.py',
+]
+
+custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+
+pretrained = 'pretrained/deit-tiny_in1k.pth'
+model = dict(
+    data_preprocessor=dict(pad_size_divisor=32),
+    backbone=dict(
+        _delete_=True,
+        type='LaPEViTAdapter',
+        arch='tiny',
+        img_size=224,
+        pe_join=dict(type='Default'),
+        drop_path_rate=0.1,
+        conv_inplane=64,
+        n_points=4,
+        deform_num_heads=6,
+        cffn_ratio=0.25,
+        deform_ratio=1.0,
+        interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
+        window_size=[14, 14, 0, 14, 14, 0, 14, 14, 0, 14, 14, 0],
+        vit_feature_source='last',
+        adapter_norm_cfg=dict(type='SyncBN', requires_grad=True),
+        init_cfg=dict(
+            type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
+    neck=dict(in_channels=[192, 192, 192, 192], out_channels=256, num_outs=5))
+
+scales = [(480, 1333), (512, 1333), (544, 1333), (576, 1333), (608, 1333),
+          (640, 1333), (672, 1333), (704, 1333), (736, 1333), (768, 1333),
+          (800, 1333)]
+train_pipeline = [
+    dict(type='LoadImageFromFile', backend_args=None),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(
+        type='RandomChoice',
+        transforms=[[
+            dict(type='RandomChoiceResize', scales=scales, keep_ratio=True)
+        ],
+                    [
+                        dict(
+                            type='RandomChoiceResize',
+                            scales=[(400, 1333), (500, 1333), (600, 1333)],
+                            keep_ratio=True),
+                        dict(
+                            type='RandomCrop',
+                            crop_type='absolute_range',
+                            crop_size=(384, 600),
+                            allow_negative_crop=True),
+                        dict(
+                            type='RandomChoiceResize',
+                            scales=scales,
+                            keep_ratio=True)
+                    ]]),
+    dict(
+        type='RandomCrop',
+        crop_type='absolute_range',
+        crop_size=(1024, 1024),
+        allow_negative_crop=True),
+    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2)),
+    dict(type='PackDetInputs')
+]
+train_dataloader = dict(
+    batch_size=2, num_workers=2, dataset=dict(pipeline=train_pipeline))
+
+optim_wrapper = dict(
+    _delete_=True,
+    type='OptimWrapper',
+    optimizer=dict(
+        type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+    paramwise_cfg=dict(
+        norm_decay_mult=0.0,
+        bias_decay_mult=0.0,
+        custom_keys={
+            'level_embed': dict(decay_mult=0.0),
+            'pos_embed': dict(decay_mult=0.0),
+            'pe_norm': dict(decay_mult=0.0),
+        }))
+max_epochs = 36
+train_cfg = dict(max_epochs=max_epochs)
+param_scheduler = [
+    dict(
+        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=500),
+    dict(
+        type='MultiStepLR',
+        begin=0,
+        end=max_epochs,
+        by_epoch=True,
+        milestones=[27, 33],
+        gamma=0.1)
+]
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3))
+auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -1,0 +1,7 @@
+# UperNet ViT-Adapter-Ti from mmlape's DeiT-Ti LaPE checkpoint.
+_base_ = './upernet_vit-adapter-tiny_8xb2-160k_ade20k-512x512.py'
+
+model = dict(
+    backbone=dict(
+        pe_join=dict(type='LaPE'),
+        init_cfg=dict(checkpoint='pretrained/deit-tiny-lape_in1k.pth')))

@@ -1,0 +1,80 @@
+# UperNet with ViT-Adapter-Ti (default PE join) on ADE20K, 512x512 crops,
+# 160k iterations, batch 16 (8 GPUs x 2), AdamW lr 12e-5, weight decay 0.01,
+# layer-wise lr decay 0.95, poly schedule; initialised from mmlape's ImageNet
+# DeiT-Ti of the same join (configs/deit/deit-tiny_4xb256_in1k.py).
+_base_ = [
+    'mmseg::_base_/models/upernet_r50.py',
+    'mmseg::_base_/datasets/ade20k.py',
+    'mmseg::_base_/default_runtime.py',
+    'mmseg::_base_/schedules/schedule_160k.py',
+]
+
+custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+
+crop_size = (512, 512)
+pretrained = 'pretrained/deit-tiny_in1k.pth'
+model = dict(
+    data_preprocessor=dict(size=crop_size),
+    pretrained=None,
+    backbone=dict(
+        _delete_=True,
+        type='LaPEViTAdapter',
+        arch='tiny',
+        img_size=224,
+        pe_join=dict(type='Default'),
+        drop_path_rate=0.1,
+        conv_inplane=64,
+        n_points=4,
+        deform_num_heads=6,
+        cffn_ratio=0.25,
+        deform_ratio=1.0,
+        interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
+        vit_feature_source='per_interaction',
+        adapter_norm_cfg=dict(type='SyncBN', requires_grad=True),
+        init_cfg=dict(
+            type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
+    decode_head=dict(num_classes=150, in_channels=[192, 192, 192, 192]),
+    auxiliary_head=dict(num_classes=150, in_channels=192),
+    test_cfg=dict(mode='slide', crop_size=crop_size, stride=(341, 341)))
+
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(2048, 512), keep_ratio=True),
+    dict(type='ResizeToMultiple', size_divisor=32),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='PackSegInputs')
+]
+train_dataloader = dict(batch_size=2)
+val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
+test_dataloader = val_dataloader
+
+optim_wrapper = dict(
+    _delete_=True,
+    type='OptimWrapper',
+    optimizer=dict(
+        type='AdamW', lr=12e-5, betas=(0.9, 0.999), weight_decay=0.01),
+    constructor='LaPELayerDecayOptimWrapperConstructor',
+    paramwise_cfg=dict(
+        layer_decay_rate=0.95,
+        norm_decay_mult=0.0,
+        bias_decay_mult=0.0,
+        custom_keys={
+            'level_embed': dict(decay_mult=0.0),
+            'pos_embed': dict(decay_mult=0.0),
+            'pe_norm': dict(decay_mult=0.0),
+        }))
+param_scheduler = [
+    dict(
+        type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
+    dict(
+        type='PolyLR',
+        power=1.0,
+        eta_min=0.0,
+        by_epoch=False,
+        begin=1500,
+        end=160000)
+]
+default_hooks = dict(
+    checkpoint=dict(
+        by_epoch=False, interval=16000, max_keep_ckpts=1, save_best='mIoU'))
+auto_scale_lr = dict(enable=False, base_batch_size=16)

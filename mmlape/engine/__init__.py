@@ -1,0 +1,3 @@
+from .optim import LaPELayerDecayOptimWrapperConstructor
+
+__all__ = ['LaPELayerDecayOptimWrapperConstructor']

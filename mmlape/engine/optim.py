@@ -1,0 +1,52 @@
+"""Layer-wise learning-rate decay for any model whose backbone has depths.
+
+References:
+    mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` (the decay
+    rule, ``lr * rate ** (max_depth - depth - 1)``) and BEiT's layer decay.
+
+mmpretrain's constructor needs ``get_layer_depth`` on the whole model, which
+mmpretrain classifiers have and mmseg/mmdet models do not; mmseg's own
+constructor only knows BEiT/ConvNeXt names. This one asks
+``model.backbone.get_layer_depth`` and gives every parameter outside the
+backbone (decode heads, necks) the full learning rate.
+"""
+from typing import Callable, List, Optional
+
+import torch.nn as nn
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
+from mmpretrain.engine.optimizers import \
+    LearningRateDecayOptimWrapperConstructor
+
+__all__ = ['LaPELayerDecayOptimWrapperConstructor']
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+class LaPELayerDecayOptimWrapperConstructor(
+        LearningRateDecayOptimWrapperConstructor):
+    """Layer decay through ``model.backbone.get_layer_depth``.
+
+    Config (``paramwise_cfg`` as mmpretrain's, e.g. ``layer_decay_rate``)::
+
+        optim_wrapper = dict(
+            constructor='LaPELayerDecayOptimWrapperConstructor',
+            paramwise_cfg=dict(layer_decay_rate=0.95))
+    """
+
+    def add_params(self,
+                   params: List[dict],
+                   module: nn.Module,
+                   prefix: str = '',
+                   get_layer_depth: Optional[Callable] = None,
+                   **kwargs) -> None:
+        if get_layer_depth is None and not hasattr(module, 'get_layer_depth'):
+            backbone = getattr(module, 'backbone', None)
+            if not hasattr(backbone, 'get_layer_depth'):
+                raise TypeError(
+                    f'{type(self).__name__} needs model.backbone with a '
+                    f'get_layer_depth method; {type(module).__name__} has '
+                    f'none')
+
+            def get_layer_depth(name: str):
+                return backbone.get_layer_depth(name, prefix='backbone.')
+
+        super().add_params(params, module, prefix, get_layer_depth, **kwargs)

@@ -1,0 +1,244 @@
+"""ViT-Adapter on mmlape's ViT: one backbone for mmdet and mmseg.
+
+References:
+    Chen et al., "Vision Transformer Adapter for Dense Predictions", ICLR
+    2023, and its official code (hyperparameters, window attention, layer
+    scale, the pyramid fusion; the detection code feeds the pyramid from the
+    last ViT stage, the segmentation code from each interaction).
+
+The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
+interaction, with the PE plan of the backbone's join: LaPE/PVG reach the
+blocks exactly as in the classifier. ViT-Adapter has no final ViT norm, so
+MPVG's last-norm term has nowhere to go: an MPVG-pretrained DeiT is
+fine-tuned here with the PVG join (its ``pe_join.last_norm`` is logged as
+unused when the checkpoint is loaded).
+"""
+from typing import Dict, List, Literal, Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmcv.cnn import build_norm_layer
+from torch import Tensor
+
+from mmlape.registry import register_model
+from ..layers.adapter import (InteractionBlock, SpatialPriorModule,
+                              deform_inputs, init_adapter_weights)
+from .vit import LaPEViT
+
+__all__ = ['LaPEViTAdapter']
+
+
+@register_model()
+class LaPEViTAdapter(LaPEViT):
+    """ViT-Adapter with a pluggable PE join; outputs strides 4, 8, 16, 32.
+
+    Args:
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'`` (DeiT widths
+            with ViT-Adapter's deformable-attention heads), ``'test-tiny'``,
+            or a dict with the ViT keys plus ``deform_num_heads``.
+            Defaults to ``'tiny'``.
+        img_size (int): Pretraining size of the ViT (the PE grid).
+            Defaults to 224.
+        pe_join (dict | str, optional): The join; ``Default``, ``LaPE`` or
+            ``PVG`` (use PVG for MPVG-pretrained weights). Defaults to
+            ``Default``.
+        conv_inplane (int): Width of the spatial prior module.
+            Defaults to 64.
+        n_points (int): Deformable sampling points. Defaults to 4.
+        deform_num_heads (int, optional): Heads of the deformable attention.
+            Defaults to the arch's.
+        init_values (float): Initial injector gamma. Defaults to 0.
+        interaction_indexes (Sequence[Sequence[int]], optional): First and
+            last block of each interaction. Defaults to four equal slices.
+        with_cffn (bool): ConvFFN in the extractors. Defaults to True.
+        cffn_ratio (float): ConvFFN hidden ratio. Defaults to 0.25.
+        deform_ratio (float): Value projection ratio of the deformable
+            attention. Defaults to 1.0.
+        add_vit_feature (bool): Add ViT features to the pyramid.
+            Defaults to True.
+        vit_feature_source (str): Which ViT output feeds the pyramid:
+            ``'last'`` (the last stage for every level, the original
+            detection code) or ``'per_interaction'`` (each interaction's
+            output for its level, the original segmentation code).
+            Defaults to ``'last'``.
+        adapter_norm_cfg (dict): Norm of the spatial prior module and of the
+            four output norms. Defaults to ``dict(type='BN')``; the GPU
+            configs use SyncBN.
+        layer_scale (bool): Layer scale in the ViT blocks (init 1.0).
+            Defaults to True.
+        window_size (int | Sequence[int]): Window attention per block
+            (0 = global). Defaults to 0.
+        **kwargs: Other :class:`LaPEViT` arguments (``drop_path_rate``,
+            ``with_cp``, ``init_cfg``, ...).
+
+    Example:
+        >>> m = LaPEViTAdapter('test-tiny', img_size=64, pe_join='LaPE')
+        >>> [f.shape[-1] for f in m(torch.randn(1, 3, 64, 96))]
+        [24, 12, 6, 3]
+    """
+    adapter_zoo = {
+        'tiny': dict(arch='deit-tiny', deform_num_heads=6),
+        'small': dict(arch='deit-small', deform_num_heads=6),
+        'base': dict(arch='deit-base', deform_num_heads=12),
+        'test-tiny': dict(arch='test-tiny', deform_num_heads=2),
+    }
+    #: Keys of the adapter's own modules and of the blocks' layer scale:
+    #: absent from a ViT checkpoint by design, so summarised on loading
+    #: instead of being reported as missing ViT weights.
+    new_key_pattern = (r'^(level_embed|spm\.|interactions\.|up\.|norm[1-4]\.'
+                       r'|blocks\.\d+\.gamma[12]$)')
+
+    def __init__(self,
+                 arch: Union[str, Dict] = 'tiny',
+                 img_size: int = 224,
+                 patch_size: int = 16,
+                 pe_join: Union[None, str, Dict] = None,
+                 conv_inplane: int = 64,
+                 n_points: int = 4,
+                 deform_num_heads: Optional[int] = None,
+                 init_values: float = 0.,
+                 interaction_indexes: Optional[Sequence[Sequence[int]]] = None,
+                 with_cffn: bool = True,
+                 cffn_ratio: float = 0.25,
+                 deform_ratio: float = 1.0,
+                 add_vit_feature: bool = True,
+                 vit_feature_source: Literal['last',
+                                             'per_interaction'] = 'last',
+                 adapter_norm_cfg: Dict = dict(type='BN'),
+                 layer_scale: bool = True,
+                 drop_path_rate: float = 0.,
+                 with_cp: bool = False,
+                 **kwargs) -> None:
+        if isinstance(arch, str):
+            if arch not in self.adapter_zoo:
+                raise ValueError(f'Unknown arch={arch!r}; choose one of '
+                                 f'{sorted(self.adapter_zoo)} or pass a dict')
+            preset = dict(self.adapter_zoo[arch])
+            vit_arch = preset['arch']
+        else:
+            arch = dict(arch)
+            preset = dict(deform_num_heads=arch.pop('deform_num_heads', 6))
+            vit_arch = arch
+        for key in ('with_cls_token', 'out_type', 'final_norm', 'out_indices'):
+            if key in kwargs:
+                raise ValueError(f'{key} is fixed by ViT-Adapter (no class '
+                                 f'token, no final norm, 4-level pyramid)')
+        if vit_feature_source not in ('last', 'per_interaction'):
+            raise ValueError(
+                f"vit_feature_source={vit_feature_source!r}; choose 'last' "
+                f"(detection) or 'per_interaction' (segmentation)")
+        super().__init__(
+            arch=vit_arch,
+            img_size=img_size,
+            patch_size=patch_size,
+            pe_join=pe_join,
+            with_cls_token=False,
+            out_type='featmap',
+            final_norm=False,
+            drop_path_rate=drop_path_rate,
+            layer_scale_init_value=1.0 if layer_scale else 0.,
+            with_cp=with_cp,
+            **kwargs)
+        if patch_size != 16:
+            raise ValueError('ViT-Adapter aligns the ViT with a 1/16 '
+                             f'pyramid level: patch_size must be 16, got '
+                             f'{patch_size}')
+        dims = self.embed_dims
+        if interaction_indexes is None:
+            step = self.num_layers // 4
+            interaction_indexes = [[i * step, (i + 1) * step - 1]
+                                   for i in range(4)]
+            interaction_indexes[-1][1] = self.num_layers - 1
+        self.interaction_indexes = [
+            list(map(int, i)) for i in interaction_indexes
+        ]
+        flat = [i for pair in self.interaction_indexes for i in pair]
+        if flat != sorted(flat) or flat[0] != 0 or \
+                flat[-1] != self.num_layers - 1 or any(
+                    b + 1 != a for b, a in zip(flat[1::2], flat[2::2])):
+            raise ValueError(
+                f'interaction_indexes={interaction_indexes} must cover '
+                f'blocks 0..{self.num_layers - 1} in consecutive slices')
+        self.add_vit_feature = add_vit_feature
+        self.vit_feature_source = vit_feature_source
+        self.level_embed = nn.Parameter(torch.zeros(3, dims))
+        self.spm = SpatialPriorModule(conv_inplane, dims, adapter_norm_cfg)
+        self.interactions = nn.ModuleList([
+            InteractionBlock(
+                dims,
+                num_heads=deform_num_heads or preset['deform_num_heads'],
+                num_points=n_points,
+                deform_ratio=deform_ratio,
+                init_values=init_values,
+                with_cffn=with_cffn,
+                cffn_ratio=cffn_ratio,
+                drop=0.,
+                drop_path=drop_path_rate,
+                norm_cfg=dict(type='LN', eps=1e-6),
+                extra_extractor=i == len(self.interaction_indexes) - 1,
+                with_cp=with_cp) for i in range(len(self.interaction_indexes))
+        ])
+        self.up = nn.ConvTranspose2d(dims, dims, 2, 2)
+        for i in range(1, 5):
+            self.add_module(f'norm{i}',
+                            build_norm_layer(adapter_norm_cfg, dims)[1])
+        init_adapter_weights(self.spm)
+        init_adapter_weights(self.interactions)
+        init_adapter_weights(self.up)
+        for i in range(1, 5):
+            init_adapter_weights(getattr(self, f'norm{i}'))
+        nn.init.normal_(self.level_embed)
+
+    def forward(self, x: Tensor) -> List[Tensor]:
+        h, w = x.shape[-2:]
+        if h % 32 or w % 32:
+            raise ValueError(
+                f'ViT-Adapter needs inputs divisible by 32 (its pyramid goes '
+                f'to 1/32), got {h}x{w}: use size_divisor=32 in the data '
+                f'preprocessor')
+        inj_inputs, ext_inputs = deform_inputs(h, w, x.device)
+        c1, c2, c3, c4 = self.spm(x)
+        c = torch.cat([
+            c2 + self.level_embed[0], c3 + self.level_embed[1],
+            c4 + self.level_embed[2]
+        ],
+                      dim=1)
+        tokens, hw = self.patch_embed(x)
+        plan = self.pe_plan(hw)
+        tokens = self.embed(tokens, plan)
+        shapes = [(hw[0] * 2, hw[1] * 2), hw, (hw[0] // 2, hw[1] // 2)]
+        b, _, dims = tokens.shape
+
+        def as_map(t, size):
+            return t.transpose(1, 2).reshape(b, dims, *size)
+
+        outs = []
+        for layer, (start, end) in zip(self.interactions,
+                                       self.interaction_indexes):
+            tokens = layer.injector(tokens, c, inj_inputs)
+            tokens = self.forward_blocks(tokens, plan, start, end + 1, hw)
+            c = layer.extract(c, tokens, ext_inputs, shapes)
+            outs.append(tokens)
+
+        n2, n3 = c2.shape[1], c3.shape[1]
+        c2 = as_map(c[:, :n2], shapes[0])
+        c3 = as_map(c[:, n2:n2 + n3], shapes[1])
+        c4 = as_map(c[:, n2 + n3:], shapes[2])
+        c1 = self.up(c2) + c1
+        feats = [c1, c2, c3, c4]
+        if self.add_vit_feature:
+            if self.vit_feature_source == 'last':
+                vit = [as_map(tokens, hw)] * 4
+            else:
+                vit = [as_map(t, hw) for t in outs]
+            for i, scale in enumerate((4, 2, 1, 0.5)):
+                v = vit[i]
+                if scale != 1:
+                    v = F.interpolate(
+                        v,
+                        scale_factor=scale,
+                        mode='bilinear',
+                        align_corners=False)
+                feats[i] = feats[i] + v
+        return [getattr(self, f'norm{i + 1}')(f) for i, f in enumerate(feats)]

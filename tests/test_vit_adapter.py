@@ -1,0 +1,158 @@
+"""ViT-Adapter on mmlape's ViT."""
+import pytest
+import torch
+
+from mmlape.models import LaPEViT, LaPEViTAdapter
+
+
+def adapter(pe_join='LaPE', **kwargs):
+    kwargs.setdefault('init_values', 0.1)  # non-zero so injectors learn
+    return LaPEViTAdapter('test-tiny', img_size=64, pe_join=pe_join, **kwargs)
+
+
+@pytest.mark.parametrize('hw', [(64, 64), (96, 64), (64, 128)])
+@pytest.mark.parametrize('source', ['last', 'per_interaction'])
+def test_pyramid_shapes_and_strides(hw, source):
+    model = adapter(vit_feature_source=source).eval()
+    with torch.no_grad():
+        feats = model(torch.randn(2, 3, *hw))
+    assert len(feats) == 4
+    for feat, stride in zip(feats, (4, 8, 16, 32)):
+        assert feat.shape == (2, 64, hw[0] // stride, hw[1] // stride)
+
+
+def test_sliced_blocks_equal_one_full_vit_pass():
+    """With injector and extractor bypassed, the adapter's per-interaction
+    calls of forward_blocks compute exactly the classifier's ViT."""
+    model = adapter(pe_join='LaPE').eval()
+    vit = LaPEViT(
+        'test-tiny',
+        img_size=64,
+        patch_size=16,
+        pe_join='LaPE',
+        with_cls_token=False,
+        out_type='raw',
+        final_norm=False,
+        layer_scale_init_value=1.0).eval()
+    vit.load_state_dict(
+        {
+            k: v
+            for k, v in model.state_dict().items() if k in vit.state_dict()
+        },
+        strict=True)
+    for layer in model.interactions:
+        layer.injector.forward = lambda query, feat, inputs: query
+    captured = {}
+    last = model.interactions[-1]
+    original = last.extract
+
+    def spy(c, x, inputs, shapes):
+        captured['x'] = x
+        return original(c, x, inputs, shapes)
+
+    last.extract = spy
+    img = torch.randn(2, 3, 96, 64)
+    with torch.no_grad():
+        model(img)
+        full = vit(img)[0]
+    assert model.interaction_indexes == [[0, 0], [1, 1], [2, 2], [3, 3]]
+    torch.testing.assert_close(captured['x'], full)
+
+
+def test_every_parameter_gets_a_gradient():
+    model = adapter(pe_join='PVG', with_cp=True)
+    feats = model(torch.randn(2, 3, 64, 64))
+    sum((f * torch.randn_like(f)).sum() for f in feats).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        assert p.grad.abs().sum() > 0, name
+
+
+def test_window_attention_and_layer_scale():
+    model = adapter(window_size=[2, 0, 2, 0])
+    assert model.blocks[0].attn.window_size == 2
+    assert model.blocks[1].attn.window_size == 0
+    assert model.blocks[0].layer_scale
+    assert torch.equal(model.blocks[0].gamma1.data, torch.ones(64))
+    with torch.no_grad():
+        assert model.eval()(torch.randn(1, 3, 96,
+                                        64))[0].shape[-2:] == (24, 16)
+
+
+def test_adapter_norms_come_from_config():
+    bn = adapter(adapter_norm_cfg=dict(type='BN'))
+    gn = adapter(adapter_norm_cfg=dict(type='GN', num_groups=8))
+    sync = adapter(adapter_norm_cfg=dict(type='SyncBN'))
+    assert isinstance(bn.norm1, torch.nn.BatchNorm2d)
+    assert isinstance(gn.spm.stem[1], torch.nn.GroupNorm)
+    assert isinstance(sync.norm4, torch.nn.SyncBatchNorm)
+
+
+def test_deformable_attention_has_no_implicit_residual():
+    attn = adapter().interactions[0].injector.attn
+    q = torch.randn(1, 16, 64)
+    shapes = torch.tensor([[8, 8], [4, 4], [2, 2]])
+    starts = torch.tensor([0, 64, 80])
+    ref = torch.rand(1, 16, 1, 2)
+    feat = torch.randn(1, 84, 64)
+    out = attn(q, ref, feat, shapes, starts)
+    # The output is the projected sample only: zeroing the output
+    # projection zeroes the result (mmcv's op would return the query).
+    with torch.no_grad():
+        attn.output_proj.weight.zero_()
+        attn.output_proj.bias.zero_()
+    assert out.abs().sum() > 0
+    assert attn(q, ref, feat, shapes, starts).abs().sum() == 0
+
+
+def test_bad_input_and_options():
+    with pytest.raises(ValueError, match='divisible by 32'):
+        adapter()(torch.randn(1, 3, 48, 64))
+    with pytest.raises(ValueError, match='vit_feature_source'):
+        adapter(vit_feature_source='first')
+    with pytest.raises(ValueError, match='fixed by ViT-Adapter'):
+        adapter(with_cls_token=True)
+    with pytest.raises(ValueError, match='incompatible with a class token'):
+        LaPEViT('test-tiny', pe_join='MPVG')
+    with pytest.raises(ValueError, match='interaction_indexes'):
+        adapter(interaction_indexes=[[0, 1], [3, 3]])
+
+
+def test_loads_classifier_checkpoint_exactly(tmp_path):
+    """An mmlape ImageNet checkpoint (class token, 224 grid) initialises the
+    adapter's ViT: PE resized and class-token row dropped, every ViT weight
+    copied."""
+    src = LaPEViT('test-tiny', img_size=32, patch_size=16, pe_join='LaPE')
+    for p in src.parameters():
+        p.data.normal_()
+    path = tmp_path / 'cls.pth'
+    torch.save(
+        {
+            'state_dict': {
+                'backbone.' + k: v
+                for k, v in src.state_dict().items()
+            },
+            'meta': {}
+        }, path)
+    model = adapter(
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(path), prefix='backbone.'))
+    model.init_weights()
+    own = model.state_dict()
+    unused = {k for k in src.state_dict() if k not in own}
+    assert unused == {'cls_token', 'norm.weight', 'norm.bias'}
+    for key, value in src.state_dict().items():
+        if key in unused:
+            continue
+        if key == 'pos_embed':
+            from mmlape.models import resize_pos_embed
+            want = resize_pos_embed(value[:, 1:], (2, 2), (4, 4), 0)
+            torch.testing.assert_close(own[key], want)
+        else:
+            torch.testing.assert_close(own[key], value, msg=key)
+    with pytest.raises(ValueError, match='does not fit the join'):
+        adapter(
+            pe_join='PVG',
+            init_cfg=dict(
+                type='Pretrained', checkpoint=str(path),
+                prefix='backbone.')).init_weights()
