@@ -14,12 +14,8 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import (
-    UsageError,
-    fail,
-    finish,
-    load_config,  # noqa
-    setup_runner)
+from tools.common import UsageError  # noqa: E402
+from tools.common import fail, finish, load_config, setup_runner  # noqa: E402
 
 
 def parse_args(argv=None):

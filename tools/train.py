@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import fail, finish, load_config, setup_runner  # noqa
+from tools.common import fail, finish, load_config, setup_runner  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -297,6 +297,9 @@ class SpatialPriorModule(nn.Module):
         return c1, c2, c3, c4
 
 
+_NORMS = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.GroupNorm)
+
+
 def init_adapter_weights(module: nn.Module) -> None:
     """ViT-Adapter's initialisation of its own (non-ViT) modules."""
     for m in module.modules():
@@ -312,9 +315,7 @@ def init_adapter_weights(module: nn.Module) -> None:
             m.weight.data.normal_(0, math.sqrt(2.0 / fan_out))
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
-        elif isinstance(
-                m,
-            (nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.GroupNorm)):
+        elif isinstance(m, _NORMS):
             if m.weight is not None:
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
