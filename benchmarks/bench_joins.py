@@ -15,11 +15,13 @@ Example:
     python benchmarks/bench_joins.py --batch 8 --rounds 15 --out bench.md
 """
 import argparse
-import statistics
+import os.path as osp
 import sys
-import time
 
 import torch
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from timing import interleaved_medians  # noqa: E402
 
 MODELS = {
     'mmpretrain ViT':
@@ -119,26 +121,15 @@ def main():
     img = torch.randn(args.batch, 3, 224, 224)
     target = torch.randint(0, 1000, (args.batch, ))
     models = {name: build(name) for name in MODELS}
-    times = {name: dict(eval=[], train=[]) for name in MODELS}
-    for r in range(args.warmup + args.rounds):
-        for mode in ('eval', 'train'):
-            for name, model in models.items():
-                model.train(mode == 'train')
-                start = time.perf_counter()
-                if mode == 'train':
-                    train_step(model, img, target)
-                else:
-                    eval_step(model, img)
-                if r >= args.warmup:
-                    times[name][mode].append(time.perf_counter() - start)
-        print(f'round {r + 1}/{args.warmup + args.rounds}', file=sys.stderr)
-    med = {
-        n: {
-            m: statistics.median(t)
-            for m, t in v.items()
-        }
-        for n, v in times.items()
-    }
+
+    def step(model, mode):
+        if mode == 'train':
+            train_step(model, img, target)
+        else:
+            eval_step(model, img)
+
+    med = interleaved_medians(
+        models, step, rounds=args.rounds, warmup=args.warmup)
     base = med['default']
     rows = []
     header = ('| model | params | GFLOPs | eval ms | eval x | train ms | '

@@ -61,8 +61,8 @@ def test_generated_set_is_deterministic_and_in_imagenet_layout(tmp_path):
             a / split)) == ['above', 'below', 'left', 'right']
         assert (a / 'meta' / f'{split}.txt').read_text() == \
             (b / 'meta' / f'{split}.txt').read_text()
-    assert (a / 'train/left/00000.png').read_bytes() == \
-        (b / 'train/left/00000.png').read_bytes()
+    assert (a / 'train/top_left/00000.png').read_bytes() == \
+        (b / 'train/top_left/00000.png').read_bytes()
 
 
 def test_dist_train_two_cpu_processes_then_resume(data, tmp_path):
@@ -115,12 +115,18 @@ def test_train_then_test_single_process(data, tmp_path):
     out = run([
         sys.executable, 'tools/test.py', DEMO,
         osp.join(work, 'iter_3.pth'), '--work-dir', work, '--out',
-        osp.join(work, 'preds.pkl')
+        osp.join(work, 'preds.pkl'), '--show-dir',
+        osp.join(work, 'vis')
     ] + options(data, 3, 3))
     with open(osp.join(work, 'test_metrics.json')) as f:
         metrics = json.load(f)
     assert 0 <= metrics['accuracy/top1'] <= 100
     assert osp.isfile(osp.join(work, 'preds.pkl'))
+    drawn = [
+        f for _, _, files in os.walk(osp.join(work, 'vis')) for f in files
+        if f.endswith('.png')
+    ]
+    assert len(drawn) == 16  # one per validation image
     assert 'accuracy/top1' in out.stdout
 
 

@@ -156,3 +156,48 @@ def test_loads_classifier_checkpoint_exactly(tmp_path):
             init_cfg=dict(
                 type='Pretrained', checkpoint=str(path),
                 prefix='backbone.')).init_weights()
+
+
+def test_layer_decay_for_upernet_config():
+    """mmseg's own layer-decay constructor does not know this backbone;
+    mmlape's reads backbone.get_layer_depth. Blocks decay by depth, the
+    decode head and the adapter's own modules get the full lr."""
+    import os.path as osp
+
+    from mmengine.config import Config
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+    from mmseg.registry import MODELS
+    from mmseg.utils import register_all_modules
+
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    cfg = Config.fromfile(
+        osp.join(
+            root, 'configs/vit_adapter/upernet_vit-adapter-tiny-lape_'
+            '8xb2-160k_ade20k-512x512.py'))
+    cfg.model.backbone.update(
+        arch='test-tiny',
+        init_cfg=None,
+        adapter_norm_cfg=dict(type='BN'),
+        interaction_indexes=[[0, 0], [1, 1], [2, 2], [3, 3]])
+    cfg.model.decode_head.in_channels = [64] * 4
+    cfg.model.auxiliary_head.in_channels = 64
+    register_all_modules(init_default_scope=False)
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        model = MODELS.build(cfg.model)
+        wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    lr = {g['param_name']: g['lr'] for g in wrapper.optimizer.param_groups}
+    base, rate = 12e-5, 0.95  # test-tiny: 4 layers, depths 0..5
+    assert lr['backbone.pos_embed'] == pytest.approx(base * rate**5)
+    assert lr['backbone.blocks.0.attn.qkv.weight'] == pytest.approx(base *
+                                                                    rate**4)
+    assert lr['backbone.blocks.3.pe_norm.weight'] == pytest.approx(base * rate)
+    assert lr['backbone.spm.fc1.weight'] == pytest.approx(base)
+    assert lr['decode_head.conv_seg.weight'] == pytest.approx(base)
+    decay = {
+        g['param_name']: g['weight_decay']
+        for g in wrapper.optimizer.param_groups
+    }
+    assert decay['backbone.pos_embed'] == 0
+    assert decay['backbone.blocks.0.pe_norm.weight'] == 0
+    assert decay['backbone.blocks.0.attn.qkv.weight'] == 0.01

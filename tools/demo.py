@@ -1,8 +1,8 @@
 """The embedded demo: LaPE and MPVG doing real work on a CPU, no data needed.
 
 1. Generates a position-sensitive image set in the ImageNet folder layout
-   (``mmlape.datasets.pos_shapes``: the class is where a square is relative
-   to a disk).
+   (``mmlape.datasets.pos_shapes``: the class is the quadrant a square is
+   in; a disk is a distractor).
 2. Trains a small DeiT with the default join, LaPE and MPVG through
    ``tools/train.py`` and evaluates each with ``tools/test.py``.
 3. Prints a table (top-1, parameters, time per iteration) and writes a
@@ -44,7 +44,7 @@ def parse_args(argv=None):
         type=int,
         default=None,
         help='training iterations (config: 600)')
-    parser.add_argument('--num-train', type=int, default=2000)
+    parser.add_argument('--num-train', type=int, default=4000)
     parser.add_argument('--num-val', type=int, default=400)
     parser.add_argument('--seed', type=int, default=0)
     return parser.parse_args(argv)
@@ -81,35 +81,38 @@ def run(cmd, tag):
     return ''.join(lines)
 
 
-def mean_iter_time(work_dir):
-    times = []
-    for path in glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')):
+def seconds_per_iter(work_dir):
+    """Wall-clock seconds per training iteration, from the timestamps of
+    the first and last logged iteration of the run's text log."""
+    stamp = re.compile(r'^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d).*'
+                       r'Iter\(train\) \[\s*(\d+)/\d+\]')
+    points = []
+    for path in glob.glob(osp.join(work_dir, '*', '*.log')):
         with open(path) as f:
             for line in f:
-                rec = json.loads(line)
-                if 'loss' in rec and 'time' in rec:
-                    times.append(rec['time'])
-    times = times[1:] or times  # the first logged window holds warm-up
-    return sum(times) / len(times) if times else float('nan')
+                m = stamp.match(line)
+                if m:
+                    t = time.mktime(
+                        time.strptime(m.group(1), '%Y/%m/%d %H:%M:%S'))
+                    points.append((int(m.group(2)), t))
+    if len(points) < 2:
+        return float('nan')
+    (i0, t0), (i1, t1) = points[0], points[-1]
+    return (t1 - t0) / max(1, i1 - i0)
 
 
-def load_model(config, checkpoint, data_root):
-    from mmengine.config import Config
-    from mmengine.registry import DefaultScope
+def load_model(config, checkpoint):
     from mmengine.runner import load_checkpoint
-    from mmpretrain.registry import MODELS
-    from mmpretrain.utils import register_all_modules
 
-    import mmlape  # noqa: F401
-    register_all_modules(init_default_scope=False)
-    cfg = Config.fromfile(osp.join(ROOT, config))
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        model = MODELS.build(cfg.model)
+    from mmlape.analysis import build_from_config
+    model, _ = build_from_config(osp.join(ROOT, config))
     load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     return model.eval()
 
 
 def main(argv=None):
+    import warnings
+    warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
     args = parse_args(argv)
     from mmlape.analysis import plot_similarity_grid, token_similarity_maps
     from mmlape.datasets import generate_pos_shapes
@@ -121,8 +124,7 @@ def main(argv=None):
         data_root, args.num_train, args.num_val, seed=args.seed)
     print(
         f'data: {counts["train"]} train / {counts["val"]} val images in '
-        f'{data_root} (4 classes: where the square is relative to the '
-        f'disk)',
+        f'{data_root} (4 classes: the quadrant the square is in)',
         flush=True)
     options = [
         f'{split}_dataloader.dataset.data_root={data_root}'
@@ -158,11 +160,11 @@ def main(argv=None):
         ] + options, join)
         with open(osp.join(jdir, 'test', 'test_metrics.json')) as f:
             top1 = json.load(f)['accuracy/top1']
-        model = load_model(config, ckpt, data_root)
+        model = load_model(config, ckpt)
         params = sum(p.numel() for p in model.parameters())
         result = token_similarity_maps(model.backbone)
         maps[join] = result['maps']
-        rows.append((join, top1, params, mean_iter_time(jdir), train_secs))
+        rows.append((join, top1, params, seconds_per_iter(jdir), train_secs))
     hw = result['hw']
     token = result['token']
     figure = osp.join(work_dir, 'pe_similarity.png')

@@ -1,7 +1,10 @@
+from .correlation import pearson, token_pe_statistics
+from .model_io import build_from_config, load_backbone
 from .pe_similarity import (cosine_similarity, plot_similarity_grid,
                             received_pes, token_similarity_maps)
 
 __all__ = [
-    'cosine_similarity', 'plot_similarity_grid', 'received_pes',
+    'build_from_config', 'cosine_similarity', 'load_backbone', 'pearson',
+    'plot_similarity_grid', 'received_pes', 'token_pe_statistics',
     'token_similarity_maps'
 ]

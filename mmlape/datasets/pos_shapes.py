@@ -4,11 +4,11 @@ References:
     The ImageNet folder layout that mmpretrain's ``CustomDataset`` and
     ``ImageNet`` read (``{split}/{class}/{image}`` and ``meta/{split}.txt``).
 
-Every image shows a square and a disk on a noisy background; the class is
-where the square is relative to the disk: ``left``, ``right``, ``above`` or
-``below``. Colours and positions are random, so neither colour nor absolute
-position gives the answer, and a Transformer without position information is
-at chance. The set is a deterministic function of its seed.
+Every image shows a square of random colour and size on a noisy background;
+the class is the quadrant the square is in (``top_left``, ``top_right``,
+``bottom_left``, ``bottom_right``). Nothing but where the square is gives the
+answer, so a Transformer without position information is at chance. The set
+is a deterministic function of its seed.
 """
 import json
 import os
@@ -20,39 +20,23 @@ from PIL import Image
 
 __all__ = ['CLASSES', 'generate_pos_shapes']
 
-CLASSES = ('left', 'right', 'above', 'below')
-_VERSION = 1
+CLASSES = ('top_left', 'top_right', 'bottom_left', 'bottom_right')
+_VERSION = 3
 
 
 def _draw(rng: np.random.Generator, label: int, size: int) -> np.ndarray:
     img = rng.normal(110, 25, (size, size, 3))
-    r = max(2, size // 10)
-    while True:
-        # Disk centre, then the square at a clear offset in the class's
-        # direction (the offset along the other axis is at most half).
-        cy, cx = rng.integers(r, size - r, 2)
-        along = rng.integers(2 * r + 2, size // 2 + 1)
-        across = rng.integers(-(along // 2), along // 2 + 1)
-        dy, dx = {
-            0: (across, -along),
-            1: (across, along),
-            2: (-along, across),
-            3: (along, across)
-        }[label]
-        sy, sx = cy + dy, cx + dx
-        if r <= sy < size - r and r <= sx < size - r:
-            break
-    ys, xs = np.mgrid[0:size, 0:size]
-    disk = (ys - cy)**2 + (xs - cx)**2 <= r * r
-    square = (abs(ys - sy) <= r) & (abs(xs - sx) <= r)
-    colours = rng.integers(0, 256, (2, 3))
-    img[disk] = colours[0]
-    img[square] = colours[1]
+    r = int(rng.integers(max(2, size // 16), max(3, size // 8) + 1))
+    half = size // 2
+    row, col = divmod(label, 2)
+    sy = rng.integers(row * half + r, (row + 1) * half - r)
+    sx = rng.integers(col * half + r, (col + 1) * half - r)
+    img[sy - r:sy + r + 1, sx - r:sx + r + 1] = rng.integers(0, 256, 3)
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
 def generate_pos_shapes(root: str,
-                        num_train: int = 2000,
+                        num_train: int = 4000,
                         num_val: int = 400,
                         size: int = 32,
                         seed: int = 0) -> Dict[str, int]:
@@ -64,7 +48,7 @@ def generate_pos_shapes(root: str,
 
     Args:
         root (str): Output folder.
-        num_train (int): Training images. Defaults to 2000.
+        num_train (int): Training images. Defaults to 4000.
         num_val (int): Validation images. Defaults to 400.
         size (int): Image side in pixels. Defaults to 32.
         seed (int): Seed; the set is a pure function of the arguments.

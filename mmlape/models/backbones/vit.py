@@ -48,17 +48,25 @@ class PatchEmbed(nn.Module):
         in_channels (int): Image channels.
         embed_dims (int): Channels ``C``.
         patch_size (int): Patch side.
+        bias (bool): Bias of the projection. Defaults to True.
 
     Raises:
         ValueError: When the image is not a whole number of patches.
     """
 
-    def __init__(self, in_channels: int, embed_dims: int,
-                 patch_size: int) -> None:
+    def __init__(self,
+                 in_channels: int,
+                 embed_dims: int,
+                 patch_size: int,
+                 bias: bool = True) -> None:
         super().__init__()
         self.patch_size = patch_size
         self.proj = nn.Conv2d(
-            in_channels, embed_dims, kernel_size=patch_size, stride=patch_size)
+            in_channels,
+            embed_dims,
+            kernel_size=patch_size,
+            stride=patch_size,
+            bias=bias)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         h, w = x.shape[-2:]
@@ -86,6 +94,8 @@ class LaPEViT(BaseModule):
             Defaults to 224.
         patch_size (int): Defaults to 16.
         in_channels (int): Defaults to 3.
+        patch_bias (bool): Bias of the patch projection (DeiT has one,
+            mmseg's ViT not). Defaults to True.
         pe_join (dict | str, optional): The join, e.g.
             ``dict(type='LaPE', hierarchical=True)``; one of ``Default``,
             ``Share``, ``Unshare``, ``LaPE``, ``PVG``, ``MPVG``. Defaults to
@@ -167,6 +177,7 @@ class LaPEViT(BaseModule):
                  img_size: Union[int, Sequence[int]] = 224,
                  patch_size: int = 16,
                  in_channels: int = 3,
+                 patch_bias: bool = True,
                  pe_join: Union[None, str, Dict] = None,
                  pe_type: str = 'learnable',
                  with_cls_token: bool = True,
@@ -225,7 +236,8 @@ class LaPEViT(BaseModule):
             num_patches=self.num_patches,
             norm_cfg=norm_cfg)
 
-        self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size)
+        self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size,
+                                      patch_bias)
         if with_cls_token:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
         num_rows = self.num_patches + self.num_extra_tokens

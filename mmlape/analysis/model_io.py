@@ -1,0 +1,59 @@
+"""Build a model from an mmlape config and load a checkpoint into it.
+
+The analysis tools work on any mmlape config (mmpretrain, mmdet, mmseg) and
+checkpoint; a checkpoint that does not fit the config is refused with a
+message that says how (missing, unexpected, mismatched keys).
+"""
+import importlib
+from typing import Tuple
+
+import torch
+from mmengine.config import Config
+from mmengine.registry import DefaultScope
+
+from mmlape.utils.launch import (UsageError, check_checkpoint_fits,
+                                 register_scope_modules)
+
+__all__ = ['build_from_config', 'load_backbone']
+
+
+def build_from_config(config: str) -> Tuple[torch.nn.Module, Config]:
+    """Build the model of ``config`` (in its ``default_scope``)."""
+    import os.path as osp
+
+    import mmlape  # noqa: F401
+    if not osp.isfile(config):
+        raise UsageError(f'config file "{config}" does not exist')
+    cfg = Config.fromfile(config)
+    scope = register_scope_modules(cfg)
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    model_cfg = cfg.model.copy()
+    model_cfg.get('backbone', {}).pop('init_cfg', None)
+    # As mmengine's Runner does: a top-level data_preprocessor (mmpretrain
+    # configs) belongs to the model.
+    if cfg.get('data_preprocessor') is not None:
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    with DefaultScope.overwrite_default_scope(scope):
+        model = registry.build(model_cfg)
+    return model, cfg
+
+
+def load_backbone(config: str, checkpoint: str):
+    """The model of ``config`` with ``checkpoint`` loaded, and its backbone.
+
+    Raises:
+        UsageError: The config does not exist, the checkpoint does not exist
+            or does not fit the config, or the backbone is not an mmlape ViT.
+    """
+    from mmlape.models import LaPEViT
+    from mmlape.utils.convert import unwrap_state_dict
+    from mmlape.utils.safe_load import safe_torch_load
+    model, cfg = build_from_config(config)
+    check_checkpoint_fits(model, checkpoint, 'checkpoint')
+    state = unwrap_state_dict(safe_torch_load(checkpoint, 'cpu'))
+    model.load_state_dict(state, strict=True)
+    backbone = getattr(model, 'backbone', None)
+    if not isinstance(backbone, LaPEViT):
+        raise UsageError(f'the backbone of "{config}" is '
+                         f'{type(backbone).__name__}, not an mmlape ViT')
+    return model.eval(), backbone.eval(), cfg

@@ -1,0 +1,158 @@
+"""Tiny generated datasets in the COCO instance and ADE20K formats.
+
+References:
+    The COCO annotation format (``instances_*.json`` with polygon
+    ``segmentation``, ``bbox`` as x, y, w, h) and folder layout that mmdet's
+    ``CocoDataset`` reads; the ADE20K layout of mmseg's ``ADE20KDataset``
+    (``images/{training,validation}/*.jpg``,
+    ``annotations/{training,validation}/*.png``, 0 = "other", reduced to the
+    ignore index).
+
+The images are coloured shapes (boxes, triangles, diamonds) on noise, so
+that detectors and segmenters see real, learnable structure; everything is
+a deterministic function of the seed.
+"""
+import json
+import math
+import os
+import os.path as osp
+from typing import Dict, List, Tuple
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+__all__ = ['COCO_CLASSES', 'generate_coco_instances', 'generate_ade20k']
+
+#: Categories of the generated COCO set (names and ids of real COCO classes,
+#: so that the unchanged 80-class COCO configs and metrics apply).
+COCO_CLASSES = ((1, 'person'), (2, 'bicycle'), (3, 'car'))
+_SPLITS = (('train2017', 0), ('val2017', 1))
+
+
+def _polygon(rng: np.random.Generator, kind: int,
+             size: Tuple[int, int]) -> List[Tuple[float, float]]:
+    h, w = size
+    s = rng.uniform(0.15, 0.35) * min(h, w)
+    cx = rng.uniform(s / 2 + 1, w - s / 2 - 1)
+    cy = rng.uniform(s / 2 + 1, h - s / 2 - 1)
+    r = s / 2
+    if kind == 0:  # box
+        pts = [(-r, -r), (r, -r), (r, r), (-r, r)]
+    elif kind == 1:  # triangle
+        pts = [(0, -r), (r, r), (-r, r)]
+    else:  # diamond
+        pts = [(0, -r), (r, 0), (0, r), (-r, 0)]
+    angle = rng.uniform(0, math.pi / 6)
+    c, si = math.cos(angle), math.sin(angle)
+    return [(cx + x * c - y * si, cy + x * si + y * c) for x, y in pts]
+
+
+def _canvas(rng: np.random.Generator, size: Tuple[int, int]) -> Image.Image:
+    noise = rng.normal(120, 20, (*size, 3)).clip(0, 255).astype(np.uint8)
+    return Image.fromarray(noise)
+
+
+def generate_coco_instances(root: str,
+                            num_train: int = 8,
+                            num_val: int = 4,
+                            size: Tuple[int, int] = (128, 160),
+                            max_objects: int = 3,
+                            seed: int = 0) -> Dict[str, int]:
+    """Write a COCO-format instance set under ``root``.
+
+    ``root/annotations/instances_{train,val}2017.json`` and
+    ``root/{train,val}2017/*.jpg``, the layout of mmdet's COCO configs.
+
+    Args:
+        root (str): Output folder.
+        num_train (int): Training images. Defaults to 8.
+        num_val (int): Validation images. Defaults to 4.
+        size (tuple): Image ``(height, width)``. Defaults to (128, 160).
+        max_objects (int): Objects per image (at least 1). Defaults to 3.
+        seed (int): Seed. Defaults to 0.
+
+    Returns:
+        dict: Images per split.
+    """
+    counts = {'train2017': num_train, 'val2017': num_val}
+    os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
+    categories = [
+        dict(id=i, name=n, supercategory='shape') for i, n in COCO_CLASSES
+    ]
+    for split, offset in _SPLITS:
+        rng = np.random.default_rng([seed, offset])
+        os.makedirs(osp.join(root, split), exist_ok=True)
+        images, anns = [], []
+        for i in range(counts[split]):
+            img = _canvas(rng, size)
+            draw = ImageDraw.Draw(img)
+            name = f'{i:012d}.jpg'
+            for _ in range(int(rng.integers(1, max_objects + 1))):
+                kind = int(rng.integers(0, len(COCO_CLASSES)))
+                poly = _polygon(rng, kind, size)
+                colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+                draw.polygon(poly, fill=colour)
+                xs, ys = [p[0] for p in poly], [p[1] for p in poly]
+                x0, y0 = min(xs), min(ys)
+                bw, bh = max(xs) - x0, max(ys) - y0
+                area = 0.5 * abs(
+                    sum(xs[k] * ys[k - 1] - xs[k - 1] * ys[k]
+                        for k in range(len(xs))))
+                anns.append(
+                    dict(
+                        id=len(anns) + 1,
+                        image_id=i + 1,
+                        category_id=COCO_CLASSES[kind][0],
+                        segmentation=[[round(v, 2) for p in poly for v in p]],
+                        bbox=[round(v, 2) for v in (x0, y0, bw, bh)],
+                        area=round(area, 2),
+                        iscrowd=0))
+            img.save(osp.join(root, split, name), quality=95)
+            images.append(
+                dict(id=i + 1, file_name=name, height=size[0], width=size[1]))
+        with open(
+                osp.join(root, 'annotations', f'instances_{split}.json'),
+                'w') as f:
+            json.dump(
+                dict(images=images, annotations=anns, categories=categories),
+                f)
+    return {'train': num_train, 'val': num_val}
+
+
+def generate_ade20k(root: str,
+                    num_train: int = 8,
+                    num_val: int = 4,
+                    size: Tuple[int, int] = (128, 160),
+                    num_classes: int = 150,
+                    seed: int = 0) -> Dict[str, int]:
+    """Write an ADE20K-format semantic segmentation set under ``root``.
+
+    ``root/images/{training,validation}/ADE_*.jpg`` with label maps
+    ``root/annotations/{training,validation}/ADE_*.png``: 0 is "other"
+    (ignored with ``reduce_zero_label``), shapes carry labels 1..num_classes.
+
+    Returns:
+        dict: Images per split.
+    """
+    counts = {'training': num_train, 'validation': num_val}
+    for offset, (split, count) in enumerate(counts.items()):
+        rng = np.random.default_rng([seed, 10 + offset])
+        for sub in ('images', 'annotations'):
+            os.makedirs(osp.join(root, sub, split), exist_ok=True)
+        for i in range(count):
+            img = _canvas(rng, size)
+            label = Image.new('L', (size[1], size[0]), 0)
+            draw_img, draw_lbl = ImageDraw.Draw(img), ImageDraw.Draw(label)
+            for _ in range(int(rng.integers(2, 5))):
+                cls = int(rng.integers(1, min(num_classes, 8) + 1))
+                poly = _polygon(rng, cls % 3, size)
+                colour = tuple(
+                    int(v)
+                    for v in (cls * 37 % 256, cls * 91 % 256, cls * 53 % 256))
+                draw_img.polygon(poly, fill=colour)
+                draw_lbl.polygon(poly, fill=cls)
+            stem = f'ADE_{split[:5]}_{i:08d}'
+            img.save(
+                osp.join(root, 'images', split, stem + '.jpg'), quality=95)
+            label.save(osp.join(root, 'annotations', split, stem + '.png'))
+    return {'train': num_train, 'val': num_val}

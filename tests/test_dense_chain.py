@@ -1,0 +1,198 @@
+"""The fine-tuning chain on generated data: a tiny DeiT-LaPE trained with
+tools/train.py initialises ViT-Adapter Mask R-CNN (COCO format), ViT-Adapter
+UperNet and Segmenter (ADE20K format), each trained with tools/train.py and
+evaluated with tools/test.py. The configs are the real ones, shrunk."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from mmlape.datasets import (generate_ade20k, generate_coco_instances,
+                             generate_pos_shapes)
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ARCH = dict(embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=192)
+
+
+def run(args):
+    env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='2')
+    out = subprocess.run(
+        [sys.executable] + args,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return out.stdout + out.stderr
+
+
+@pytest.fixture(scope='module')
+def lape_checkpoint(tmp_path_factory):
+    """A tiny DeiT-LaPE (patch 16) from the demo config via tools/train."""
+    tmp = tmp_path_factory.mktemp('deit')
+    data = str(tmp / 'data')
+    generate_pos_shapes(data, num_train=16, num_val=8, size=64, seed=2)
+    options = [
+        f'{s}_dataloader.dataset.data_root={data}'
+        for s in ('train', 'val', 'test')
+    ] + [
+        'model.backbone.img_size=64', 'model.backbone.patch_size=16',
+        'train_cfg.max_iters=2', 'train_cfg.val_interval=2',
+        'default_hooks.checkpoint.interval=2', 'param_scheduler.0.end=1',
+        'param_scheduler.1.begin=1', 'param_scheduler.1.end=2',
+        'train_dataloader.batch_size=8'
+    ]
+    run([
+        'tools/train.py', 'configs/demo/deit-demo-lape_pos-shapes.py',
+        '--work-dir',
+        str(tmp / 'work'), '--cfg-options'
+    ] + options)
+    ckpt = str(tmp / 'work' / 'iter_2.pth')
+    keys = torch.load(ckpt)['state_dict']
+    assert 'backbone.blocks.3.pe_norm.weight' in keys
+    return ckpt
+
+
+def shrunk(tmp, base, body):
+    path = tmp / 'config.py'
+    path.write_text(f"_base_ = '{osp.join(ROOT, base)}'\n" +
+                    textwrap.dedent(body))
+    return str(path)
+
+
+def train_and_test(config, tmp):
+    work = str(tmp / 'work')
+    log = run(['tools/train.py', config, '--work-dir', work])
+    with open(osp.join(work, 'last_checkpoint')) as f:
+        ckpt = f.read().strip()
+    run(['tools/test.py', config, ckpt, '--work-dir', work])
+    with open(osp.join(work, 'test_metrics.json')) as f:
+        return json.load(f), log
+
+
+ADAPTER = f"""
+    backbone=dict(
+        arch=dict({', '.join(f'{k}={v}' for k, v in ARCH.items())},
+                  deform_num_heads=3),
+        img_size=64, conv_inplane=16,
+        interaction_indexes=[[0, 0], [1, 1], [2, 2], [3, 3]],
+        window_size=[2, 0, 2, 0],
+        adapter_norm_cfg=dict(type='BN'),
+        init_cfg=dict(checkpoint=CKPT)),"""
+
+
+def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
+    data = str(tmp_path / 'coco') + '/'
+    generate_coco_instances(data, num_train=4, num_val=2, size=(128, 160))
+    config = shrunk(
+        tmp_path, 'configs/vit_adapter/'
+        'mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py', f"""
+        CKPT = '{lape_checkpoint}'
+        data_root = '{data}'
+        model = dict({ADAPTER}
+            neck=dict(in_channels=[96, 96, 96, 96], out_channels=32),
+            rpn_head=dict(in_channels=32, feat_channels=32),
+            roi_head=dict(
+                bbox_roi_extractor=dict(out_channels=32),
+                bbox_head=dict(in_channels=32, fc_out_channels=64),
+                mask_roi_extractor=dict(out_channels=32),
+                mask_head=dict(in_channels=32, conv_out_channels=32)))
+        train_pipeline = [
+            dict(type='LoadImageFromFile'),
+            dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+            dict(type='Resize', scale=(160, 128), keep_ratio=True),
+            dict(type='RandomFlip', prob=0.5),
+            dict(type='PackDetInputs')]
+        test_pipeline = [
+            dict(type='LoadImageFromFile'),
+            dict(type='Resize', scale=(160, 128), keep_ratio=True),
+            dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+            dict(type='PackDetInputs', meta_keys=(
+                'img_id', 'img_path', 'ori_shape', 'img_shape',
+                'scale_factor'))]
+        loader = dict(num_workers=0, persistent_workers=False)
+        train_dataloader = dict(batch_size=2, **loader, dataset=dict(
+            data_root=data_root, pipeline=train_pipeline))
+        val_dataloader = dict(batch_size=1, **loader, dataset=dict(
+            data_root=data_root, pipeline=test_pipeline))
+        test_dataloader = val_dataloader
+        val_evaluator = dict(
+            ann_file=data_root + 'annotations/instances_val2017.json')
+        test_evaluator = val_evaluator
+        train_cfg = dict(max_epochs=1, val_interval=1)
+        param_scheduler = [dict(type='LinearLR', start_factor=0.1,
+                                by_epoch=False, begin=0, end=1)]
+        """)
+    metrics, log = train_and_test(config, tmp_path)
+    assert 'Loaded' in log and 'deit' in log  # initialised from DeiT-LaPE
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        assert key in metrics and -1 <= metrics[key] <= 1
+
+
+ADE = """
+    data_root = '{data}'
+    crop_size = (64, 64)
+    train_pipeline = [
+        dict(type='LoadImageFromFile'),
+        dict(type='LoadAnnotations', reduce_zero_label=True),
+        dict(type='RandomCrop', crop_size=crop_size),
+        dict(type='PackSegInputs')]
+    test_pipeline = [
+        dict(type='LoadImageFromFile'),
+        dict(type='LoadAnnotations', reduce_zero_label=True),
+        dict(type='PackSegInputs')]
+    loader = dict(num_workers=0, persistent_workers=False)
+    train_dataloader = dict(batch_size=2, **loader, dataset=dict(
+        data_root=data_root, pipeline=train_pipeline))
+    val_dataloader = dict(batch_size=1, **loader, dataset=dict(
+        data_root=data_root, pipeline=test_pipeline))
+    test_dataloader = val_dataloader
+    train_cfg = dict(max_iters=2, val_interval=2)
+    default_hooks = dict(checkpoint=dict(interval=2, save_best=None),
+                         logger=dict(interval=1))
+    param_scheduler = [dict(type='LinearLR', start_factor=0.1,
+                            by_epoch=False, begin=0, end=2)]
+    """
+
+
+def test_upernet_vit_adapter_lape(lape_checkpoint, tmp_path):
+    data = str(tmp_path / 'ade')
+    generate_ade20k(data, num_train=4, num_val=2, size=(96, 128))
+    config = shrunk(
+        tmp_path, 'configs/vit_adapter/upernet_vit-adapter-tiny-lape_'
+        '8xb2-160k_ade20k-512x512.py',
+        f"CKPT = '{lape_checkpoint}'\n" + ADE.format(data=data) + f"""
+    model = dict({ADAPTER}
+        data_preprocessor=dict(size=crop_size),
+        decode_head=dict(in_channels=[96, 96, 96, 96], channels=32),
+        auxiliary_head=dict(in_channels=96, channels=16),
+        test_cfg=dict(mode='slide', crop_size=crop_size, stride=(48, 48)))
+    """)
+    metrics, log = train_and_test(config, tmp_path)
+    assert 'mIoU' in metrics and 0 <= metrics['mIoU'] <= 100
+
+
+def test_segmenter_lape(lape_checkpoint, tmp_path):
+    data = str(tmp_path / 'ade')
+    generate_ade20k(data, num_train=4, num_val=2, size=(96, 128))
+    config = shrunk(
+        tmp_path, 'configs/segmenter/segmenter_vit-tiny-lape_mask_'
+        '8xb1-160k_ade20k-512x512.py',
+        ADE.format(data=data) + f"""
+    model = dict(
+        data_preprocessor=dict(size=crop_size),
+        backbone=dict(
+            arch=dict({', '.join(f'{k}={v}' for k, v in ARCH.items())}),
+            img_size=64, init_cfg=dict(checkpoint='{lape_checkpoint}')),
+        decode_head=dict(in_channels=96, channels=96, num_heads=3,
+                         embed_dims=96),
+        test_cfg=dict(mode='slide', crop_size=crop_size, stride=(48, 48)))
+    """)
+    metrics, log = train_and_test(config, tmp_path)
+    assert 'mIoU' in metrics and 0 <= metrics['mIoU'] <= 100

@@ -1,0 +1,94 @@
+"""Parameters and FLOPs of every PE join for every architecture, as markdown.
+
+Backbones only (heads and necks depend on the task), one image:
+DeiT-Ti/S/B at 224x224, ViT-Adapter-Ti/S/B at 512x512, Segmenter's ViT-Ti at
+512x512. FLOPs are counted by ``torch.utils.flop_counter`` (a multiply-add
+is 2 FLOPs); the bilinear sampling inside ViT-Adapter's deformable
+attention (mmcv's CPU path) is not counted.
+
+Example:
+    python tools/analysis/complexity.py --out complexity.md
+    python tools/analysis/complexity.py --archs deit-tiny vit-adapter-tiny
+"""
+import argparse
+import os.path as osp
+import sys
+
+import torch
+
+sys.path.insert(0,
+                osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+GAP = dict(with_cls_token=False, out_type='avg_featmap')
+DENSE_GAP = dict(with_cls_token=False, out_type='featmap')
+CLS_JOINS = ('Default', 'Share', 'Unshare', 'LaPE')
+ARCHS = {
+    # name: (builder, size, [(join, extra kwargs)])
+    **{
+        f'deit-{a}': ('LaPEViT', dict(arch=f'deit-{a}'), 224,
+                      [(j, {}) for j in CLS_JOINS] + [('PVG', GAP),
+                                                      ('MPVG', GAP)])
+        for a in ('tiny', 'small', 'base')
+    },
+    **{
+        f'vit-adapter-{a}': ('LaPEViTAdapter', dict(arch=a), 512,
+                             [('Default', {}), ('LaPE', {}), ('PVG', {})])
+        for a in ('tiny', 'small', 'base')
+    },
+    'segmenter-tiny': ('LaPEViT',
+                       dict(arch='deit-tiny', img_size=512,
+                            out_type='featmap'), 512,
+                       [('Default', {}), ('LaPE', {}),
+                        ('PVG', DENSE_GAP), ('MPVG', DENSE_GAP)]),
+    'test-tiny': ('LaPEViT', dict(arch='test-tiny', img_size=64), 64,
+                  [(j, {}) for j in CLS_JOINS] + [('PVG', GAP),
+                                                  ('MPVG', GAP)]),
+}
+DEFAULT_ARCHS = [a for a in ARCHS if a != 'test-tiny']
+
+
+def measure(builder, kwargs, size):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import mmlape.models as models
+    model = getattr(models, builder)(**kwargs).eval()
+    params = sum(p.numel() for p in model.parameters())
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.randn(1, 3, size, size))
+    return params, counter.get_total_flops()
+
+
+def table(archs):
+    rows = [
+        '| architecture | join | input | params (M) | GFLOPs | '
+        'params vs default |', '|---|---|---|---|---|---|'
+    ]
+    for arch in archs:
+        builder, base, size, joins = ARCHS[arch]
+        ref = None
+        for join, extra in joins:
+            kwargs = dict(base, pe_join=join, **extra)
+            params, flops = measure(builder, kwargs, size)
+            ref = params if ref is None else ref
+            rows.append(f'| {arch} | {join} | {size}x{size} | '
+                        f'{params / 1e6:.3f} | {flops / 1e9:.3f} | '
+                        f'{params - ref:+,d} |')
+    return '\n'.join(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument(
+        '--archs', nargs='+', default=DEFAULT_ARCHS, choices=list(ARCHS))
+    parser.add_argument('--out', help='also write the table to this file')
+    args = parser.parse_args(argv)
+    text = table(args.archs)
+    print(text)
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(text + '\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
