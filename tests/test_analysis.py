@@ -135,7 +135,7 @@ def test_complexity_table(capsys):
         'Unshare': (L - 1) * 17 * C,
         'LaPE': 2 * C * L,
         'PVG': -2 * C + 2 * C * (L - 1),
-        'MPVG': 2 * C * L
+        'MPVG': 2 * C * (L - 1)
     }
     flops = [float(ln.split('|')[5]) for ln in lines]
     assert all(f > 0 for f in flops)

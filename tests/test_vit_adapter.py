@@ -178,6 +178,7 @@ def test_layer_decay_for_upernet_config():
     cfg.model.backbone.update(
         arch='test-tiny',
         init_cfg=None,
+        deform_num_heads=2,
         adapter_norm_cfg=dict(type='BN'),
         interaction_indexes=[[0, 0], [1, 1], [2, 2], [3, 3]])
     cfg.model.decode_head.in_channels = [64] * 4

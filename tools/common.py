@@ -2,8 +2,12 @@
 import contextlib
 import os.path as osp
 import sys
+import warnings
 
-from mmlape.utils.launch import UsageError
+# mmengine imports pkg_resources; its deprecation notice is not for users.
+warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
+
+from mmlape.utils.launch import UsageError  # noqa: E402
 
 __all__ = ['UsageError', 'fail', 'finish', 'load_config', 'setup_runner']
 
@@ -13,6 +17,12 @@ def fail():
     """Turn input errors into one line on stderr and exit status 2."""
     try:
         yield
+    except SyntaxError as err:
+        print(
+            f'error: config "{err.filename}" line {err.lineno}: '
+            f'{err.msg}',
+            file=sys.stderr)
+        sys.exit(2)
     except (UsageError, FileNotFoundError, ValueError, KeyError,
             TypeError) as err:
         message = str(err).strip().strip('"')

@@ -84,9 +84,10 @@ def main(argv=None):
     if is_main_process():
         os.makedirs(cfg.work_dir, exist_ok=True)
         path = osp.join(cfg.work_dir, 'test_metrics.json')
+        values = {k: float(v) for k, v in metrics.items()}
         with open(path, 'w') as f:
-            json.dump({k: float(v) for k, v in metrics.items()}, f, indent=2)
-        print(json.dumps(metrics))
+            json.dump(values, f, indent=2)
+        print(json.dumps(values))
     finish()
     return 0
 

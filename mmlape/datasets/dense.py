@@ -23,9 +23,26 @@ from PIL import Image, ImageDraw
 
 __all__ = ['COCO_CLASSES', 'generate_coco_instances', 'generate_ade20k']
 
-#: Categories of the generated COCO set (names and ids of real COCO classes,
-#: so that the unchanged 80-class COCO configs and metrics apply).
+#: Categories the generated COCO set draws (ids and names of real COCO
+#: classes, so that the unchanged 80-class configs and metrics apply).
 COCO_CLASSES = ((1, 'person'), (2, 'bicycle'), (3, 'car'))
+#: The 80 COCO category ids (1..90 with the official gaps).
+COCO_IDS = (
+    list(range(1, 12)) + list(range(13, 26)) + [27, 28] + list(range(31, 45)) +
+    list(range(46, 66)) + [67, 70] + list(range(72, 83)) + list(range(84, 91)))
+
+
+def _coco_categories() -> List[dict]:
+    """All 80 COCO categories, as in the official annotation files."""
+    from mmdet.datasets import CocoDataset
+    names = CocoDataset.METAINFO['classes']
+    assert len(names) == len(COCO_IDS) == 80
+    return [
+        dict(id=i, name=n, supercategory='thing')
+        for i, n in zip(COCO_IDS, names)
+    ]
+
+
 _SPLITS = (('train2017', 0), ('val2017', 1))
 
 
@@ -61,7 +78,8 @@ def generate_coco_instances(root: str,
     """Write a COCO-format instance set under ``root``.
 
     ``root/annotations/instances_{train,val}2017.json`` and
-    ``root/{train,val}2017/*.jpg``, the layout of mmdet's COCO configs.
+    ``root/{train,val}2017/*.jpg``, the layout of mmdet's COCO configs. The
+    files declare all 80 COCO categories; the images show three of them.
 
     Args:
         root (str): Output folder.
@@ -76,9 +94,7 @@ def generate_coco_instances(root: str,
     """
     counts = {'train2017': num_train, 'val2017': num_val}
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
-    categories = [
-        dict(id=i, name=n, supercategory='shape') for i, n in COCO_CLASSES
-    ]
+    categories = _coco_categories()
     for split, offset in _SPLITS:
         rng = np.random.default_rng([seed, offset])
         os.makedirs(osp.join(root, split), exist_ok=True)
