@@ -254,7 +254,9 @@ class TransformerBlock(nn.Module):
         """
         h = self.norm1(x)
         if attn_pos is not None:
-            h = h + attn_pos
+            # In place: LayerNorm's backward needs its input, not its
+            # output, so this saves a (B, N, C) allocation per layer.
+            h = h.add_(attn_pos)
         h = self.attn(h, attn_bias, hw)
         if self.layer_scale:
             h = self.gamma1 * h
