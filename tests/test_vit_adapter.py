@@ -202,3 +202,25 @@ def test_layer_decay_for_upernet_config():
     assert decay['backbone.pos_embed'] == 0
     assert decay['backbone.blocks.0.pe_norm.weight'] == 0
     assert decay['backbone.blocks.0.attn.qkv.weight'] == 0.01
+
+
+def test_loads_official_timm_checkpoint(tmp_path):
+    """An official DeiT/LaPE file ({'model': timm-named state dict} with a
+    classifier head) initialises the adapter directly: its format is
+    detected and converted on loading."""
+    src = LaPEViT('test-tiny', img_size=32, patch_size=16, pe_join='LaPE')
+    for p in src.parameters():
+        p.data.normal_()
+    official = dict(src.state_dict())
+    official.update({
+        'head.weight': torch.randn(10, 64),
+        'head.bias': torch.randn(10)
+    })
+    path = tmp_path / 'deit_tiny_lape.pth'
+    torch.save({'model': official}, path)
+    model = adapter(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model.init_weights()
+    torch.testing.assert_close(model.blocks[2].pe_norm.weight,
+                               src.blocks[2].pe_norm.weight)
+    torch.testing.assert_close(model.blocks[1].attn.qkv.weight,
+                               src.blocks[1].attn.qkv.weight)
