@@ -12,8 +12,7 @@ from mmlape.datasets import generate_pos_shapes
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tools.analysis import token_pe_correlation  # noqa: E402
-from tools.analysis import complexity, pe_similarity  # noqa: E402
+from tools.analysis import complexity, pe_similarity, token_pe_correlation
 
 DEMO = osp.join(ROOT, 'configs/demo/deit-demo_pos-shapes.py')
 

@@ -10,7 +10,7 @@ from mmlape.utils.convert import (convert_backbone, convert_checkpoint,
                                   convert_mmpretrain_vit, detect_format)
 
 sys.path.insert(0, 'tools/convert')
-import vit_to_mmlape  # noqa: E402
+import vit_to_mmlape
 
 
 def randomize(module, std=0.2):

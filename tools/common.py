@@ -7,7 +7,7 @@ import warnings
 # mmengine imports pkg_resources; its deprecation notice is not for users.
 warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
-from mmlape.utils.launch import UsageError  # noqa: E402
+from mmlape.utils.launch import UsageError
 
 __all__ = ['UsageError', 'fail', 'finish', 'load_config', 'setup_runner']
 
@@ -88,3 +88,22 @@ def finish():
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def parse_common(parser, argv=None):
+    """Add the flags train and test share, parse, and export LOCAL_RANK."""
+    import os
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        default=None,
+        help='override config entries: key=value ...')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args

@@ -14,8 +14,8 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import UsageError  # noqa: E402
-from tools.common import fail, finish, load_config, setup_runner  # noqa: E402
+from tools.common import (UsageError, fail, finish, load_config, parse_common,
+                          setup_runner)
 
 
 def parse_args(argv=None):
@@ -28,20 +28,7 @@ def parse_args(argv=None):
         '--show-dir',
         help='save drawn predictions under the work dir '
         'in this folder')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        default=None,
-        help='override config entries: key=value ...')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_common(parser, argv)
 
 
 def add_show_dir(cfg, show_dir):

@@ -9,13 +9,12 @@ Example:
     tools/dist_train.sh configs/deit/deit-tiny-lape_4xb256_in1k.py 8
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import fail, finish, load_config, setup_runner  # noqa: E402
+from tools.common import fail, finish, load_config, parse_common, setup_runner
 
 
 def parse_args(argv=None):
@@ -41,20 +40,7 @@ def parse_args(argv=None):
         '--no-validate',
         action='store_true',
         help='do not evaluate during training')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        default=None,
-        help='override config entries: key=value ...')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_common(parser, argv)
 
 
 def build_cfg(args):

@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from tools.common import fail  # noqa: E402
+from tools.common import fail
 
 
 def parse_args(argv=None):

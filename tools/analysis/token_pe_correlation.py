@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from tools.common import UsageError, fail  # noqa: E402
+from tools.common import UsageError, fail
 
 IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.bmp', '.JPEG')
 
