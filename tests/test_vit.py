@@ -133,7 +133,18 @@ def test_plan_cache_equals_plain_and_invalidates():
     with torch.no_grad():
         torch.testing.assert_close(model(img)[0], other.eval()(img)[0])
     model.train()
-    assert model._plan_cache is None
+    assert not model._plan_cache
+
+
+def test_plan_cache_keeps_several_grids():
+    model = tiny('LaPE').eval()
+    with torch.no_grad():
+        plans = {hw: model.pe_plan(hw) for hw in [(4, 4), (6, 4), (4, 8)]}
+        for hw, plan in plans.items():  # alternating sizes hit the cache
+            assert model.pe_plan(hw) is plan
+        for i in range(model.plan_cache_size):
+            model.pe_plan((1, i + 1))
+        assert model.pe_plan((4, 4)) is not plans[(4, 4)]  # evicted
 
 
 def test_no_cache_with_autograd():

@@ -13,7 +13,7 @@ is a deterministic function of its seed.
 import json
 import os
 import os.path as osp
-from typing import Dict, Tuple
+from typing import Dict
 
 import numpy as np
 from PIL import Image
@@ -91,10 +91,3 @@ def generate_pos_shapes(root: str,
     with open(stamp, 'w') as f:
         json.dump(spec, f)
     return counts
-
-
-def image_size_of(root: str) -> Tuple[int, int]:
-    """Side of the images of a generated set (from its spec)."""
-    with open(osp.join(root, 'meta', 'spec.json')) as f:
-        size = json.load(f)['size']
-    return size, size

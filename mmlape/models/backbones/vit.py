@@ -12,6 +12,7 @@ encoder blocks is :meth:`LaPEViT.forward_blocks`.
 """
 import math
 import re
+from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -171,6 +172,8 @@ class LaPEViT(BaseModule):
     #: Keys that a ViT checkpoint cannot have (modules a subclass adds);
     #: they are summarised, not warned about, when a checkpoint loads.
     new_key_pattern: Optional[str] = None
+    #: How many patch grids keep a cached PE plan in eval mode.
+    plan_cache_size: int = 8
 
     def __init__(self,
                  arch: Union[str, Dict] = 'deit-tiny',
@@ -225,7 +228,7 @@ class LaPEViT(BaseModule):
         self.frozen_stages = frozen_stages
         self.with_cp = with_cp
         self.cache_pe_plan = cache_pe_plan
-        self._plan_cache: Optional[Tuple] = None
+        self._plan_cache: OrderedDict = OrderedDict()
 
         self.pe_join = build_pe_join(
             pe_join,
@@ -370,21 +373,23 @@ class LaPEViT(BaseModule):
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
         """The PE plan for a patch grid ``hw``.
 
-        In eval mode with autograd off, the plan is cached per grid and
-        recomputed only when a PE weight changes (in-place updates bump a
-        tensor's version; replacing it changes its storage) or after
-        :meth:`train`.
+        In eval mode with autograd off, plans are cached per grid (the
+        ``plan_cache_size`` most recent grids, for test sets of many image
+        sizes) and recomputed only when a PE weight changes (in-place
+        updates bump a tensor's version; replacing it changes its storage)
+        or after :meth:`train`.
         """
         hw = tuple(hw)
         use_cache = (
             self.cache_pe_plan and not self.training
             and not torch.is_grad_enabled())
         if use_cache:
-            key = (hw,
-                   tuple(
-                       (t.data_ptr(), t._version) for t in self._pe_tensors()))
-            if self._plan_cache is not None and self._plan_cache[0] == key:
-                return self._plan_cache[1]
+            weights = tuple(
+                (t.data_ptr(), t._version) for t in self._pe_tensors())
+            hit = self._plan_cache.get(hw)
+            if hit is not None and hit[0] == weights:
+                self._plan_cache.move_to_end(hw)
+                return hit[1]
         rel = None
         if self.pe_type == 'relative':
             if hw != self.grid_size:
@@ -395,11 +400,13 @@ class LaPEViT(BaseModule):
         pe_norms = [getattr(blk, 'pe_norm', None) for blk in self.blocks]
         plan = self.pe_join.plan(self.resized_pos_embed(hw), rel, pe_norms)
         if use_cache:
-            self._plan_cache = (key, plan)
+            self._plan_cache[hw] = (weights, plan)
+            if len(self._plan_cache) > self.plan_cache_size:
+                self._plan_cache.popitem(last=False)
         return plan
 
     def train(self, mode: bool = True) -> 'LaPEViT':
-        self._plan_cache = None
+        self._plan_cache.clear()
         super().train(mode)
         self._freeze_stages()
         return self

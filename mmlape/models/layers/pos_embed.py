@@ -6,7 +6,6 @@ References:
     sin-cos with a zero class-token position); DeiT (Touvron et al., 2021)
     for truncated-normal initialisation.
 """
-import math
 from typing import Literal, Sequence, Tuple
 
 import torch
@@ -147,9 +146,3 @@ def resize_pos_embed(pos_embed: Tensor,
     grid = F.interpolate(grid, size=dst_hw, mode=mode, align_corners=False)
     grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
     return torch.cat([extra, grid], dim=1)
-
-
-def grid_is_square(num_patches: int) -> bool:
-    """Whether ``num_patches`` is a perfect square."""
-    side = int(math.isqrt(num_patches))
-    return side * side == num_patches
