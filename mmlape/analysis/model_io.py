@@ -46,11 +46,8 @@ def load_backbone(config: str, checkpoint: str):
             or does not fit the config, or the backbone is not an mmlape ViT.
     """
     from mmlape.models import LaPEViT
-    from mmlape.utils.convert import unwrap_state_dict
-    from mmlape.utils.safe_load import safe_torch_load
     model, cfg = build_from_config(config)
-    check_checkpoint_fits(model, checkpoint, 'checkpoint')
-    state = unwrap_state_dict(safe_torch_load(checkpoint, 'cpu'))
+    state = check_checkpoint_fits(model, checkpoint, 'checkpoint')
     model.load_state_dict(state, strict=True)
     backbone = getattr(model, 'backbone', None)
     if not isinstance(backbone, LaPEViT):

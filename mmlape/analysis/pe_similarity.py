@@ -50,9 +50,7 @@ def received_pes(model,
         raise ValueError('received_pes needs an absolute pe_type; a relative '
                          'PE has no per-token embedding')
     hw = tuple(hw or model.grid_size)
-    plan = model.pe_join.plan(
-        model.resized_pos_embed(hw), None,
-        [getattr(b, 'pe_norm', None) for b in model.blocks])
+    plan = model.pe_plan(hw)  # cached in eval mode
     stream = plan.input
     out = []
     for i, blk in enumerate(model.blocks):

@@ -25,6 +25,11 @@ __all__ = [
 ]
 
 
+class UsageError(Exception):
+    """A problem with the user's input; tools print it without a
+    traceback and exit with status 2."""
+
+
 def setup_cpu_distributed(cfg: Config) -> bool:
     """Prepare a distributed run on CPU; a no-op when CUDA is available.
 
@@ -80,11 +85,6 @@ def register_scope_modules(cfg: Config) -> str:
     return scope
 
 
-class UsageError(Exception):
-    """A problem with the user's input; tools print it without a
-    traceback and exit with status 2."""
-
-
 def _dataset_cfgs(cfg: Config, phases):
     for phase in phases:
         loader = cfg.get(f'{phase}_dataloader')
@@ -134,8 +134,12 @@ def check_dataset_paths(cfg: Config, phases=('train', 'val', 'test')) -> None:
 
 
 def check_checkpoint_fits(model: torch.nn.Module, filename: str,
-                          purpose: str) -> None:
+                          purpose: str) -> dict:
     """Refuse a checkpoint whose weights do not match ``model`` exactly.
+
+    Returns:
+        dict: The checkpoint's state dict (read safely), so that a caller
+        need not read the file again.
 
     Raises:
         UsageError: Lists missing, unexpected and mismatched keys.
@@ -163,3 +167,4 @@ def check_checkpoint_fits(model: torch.nn.Module, filename: str,
             '; '.join(parts) + '. Use a checkpoint saved with this config '
             '(to initialise from another model, use --cfg-options '
             'load_from=... or the backbone init_cfg instead).')
+    return state

@@ -183,11 +183,9 @@ class LaPEViTAdapter(LaPEViT):
         for i in range(1, 5):
             self.add_module(f'norm{i}',
                             build_norm_layer(adapter_norm_cfg, dims)[1])
-        init_adapter_weights(self.spm)
-        init_adapter_weights(self.interactions)
-        init_adapter_weights(self.up)
-        for i in range(1, 5):
-            init_adapter_weights(getattr(self, f'norm{i}'))
+        for module in (self.spm, self.interactions, self.up, self.norm1,
+                       self.norm2, self.norm3, self.norm4):
+            init_adapter_weights(module)
         nn.init.normal_(self.level_embed)
 
     def forward(self, x: Tensor) -> List[Tensor]:

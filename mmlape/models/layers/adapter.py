@@ -55,6 +55,15 @@ def deform_inputs(h: int, w: int, device) -> Tuple[List, List]:
     return inj, ext
 
 
+def _maybe_checkpoint(fn, enabled: bool, query: Tensor,
+                      feat: Tensor) -> Tensor:
+    """``fn(query, feat)``, gradient-checkpointed when enabled and training
+    needs gradients."""
+    if enabled and query.requires_grad:
+        return cp.checkpoint(fn, query, feat, use_reentrant=False)
+    return fn(query, feat)
+
+
 class DeformAttn(MultiScaleDeformableAttention):
     """mmcv's multi-scale deformable attention with ViT-Adapter semantics.
 
@@ -159,9 +168,7 @@ class Injector(nn.Module):
                 inputs[1], inputs[2])
             return query + self.gamma * attn
 
-        if self.with_cp and query.requires_grad:
-            return cp.checkpoint(inner, query, feat, use_reentrant=False)
-        return inner(query, feat)
+        return _maybe_checkpoint(inner, self.with_cp, query, feat)
 
 
 class Extractor(nn.Module):
@@ -203,9 +210,7 @@ class Extractor(nn.Module):
                     self.ffn(self.ffn_norm(query), shapes))
             return query
 
-        if self.with_cp and query.requires_grad:
-            return cp.checkpoint(inner, query, feat, use_reentrant=False)
-        return inner(query, feat)
+        return _maybe_checkpoint(inner, self.with_cp, query, feat)
 
 
 class InteractionBlock(nn.Module):
