@@ -10,6 +10,15 @@ def adapter(pe_join='LaPE', **kwargs):
     return LaPEViTAdapter('test-tiny', img_size=64, pe_join=pe_join, **kwargs)
 
 
+def perturb_deformable_attention(model, std=0.01):
+    from mmlape.models.layers.adapter import DeformAttn
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, DeformAttn):
+                m.sampling_offsets.weight.normal_(0, std)
+                m.attention_weights.weight.normal_(0, std)
+
+
 @pytest.mark.parametrize('hw', [(64, 64), (96, 64), (64, 128)])
 @pytest.mark.parametrize('source', ['last', 'per_interaction'])
 def test_pyramid_shapes_and_strides(hw, source):
@@ -61,6 +70,10 @@ def test_sliced_blocks_equal_one_full_vit_pass():
 
 def test_every_parameter_gets_a_gradient():
     model = adapter(pe_join='PVG', with_cp=True)
+    # The official start zeroes the deformable attentions' offset and
+    # attention weights, so no gradient reaches their query (and the query
+    # norms) on the first step; perturb them to see every path.
+    perturb_deformable_attention(model)
     feats = model(torch.randn(2, 3, 64, 64))
     sum((f * torch.randn_like(f)).sum() for f in feats).backward()
     for name, p in model.named_parameters():
@@ -339,6 +352,7 @@ def test_mpvg_last_norm_per_interaction_changes_only_x_L(tmp_path):
 
 def test_mpvg_last_norm_trains_and_validates():
     model = adapter('MPVG', final_norm=True)
+    perturb_deformable_attention(model)
     feats = model(torch.randn(2, 3, 64, 64))
     sum((f * torch.randn_like(f)).sum() for f in feats).backward()
     for name in ('norm.weight', 'pe_join.last_norm.weight', 'pos_embed'):
