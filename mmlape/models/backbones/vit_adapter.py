@@ -227,8 +227,11 @@ class LaPEViTAdapter(LaPEViT):
         has them), or apply any other ``init_cfg`` and then reset the
         deformable attentions, which a generic pass over ``nn.Linear``
         layers would otherwise overwrite (specialised last)."""
-        cfg = self.init_cfg
-        pretrained = isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'
+        cfgs = self.init_cfg if isinstance(self.init_cfg,
+                                           list) else [self.init_cfg]
+        pretrained = any(
+            isinstance(c, dict) and c.get('type') == 'Pretrained'
+            for c in cfgs)
         reset = not (pretrained or self._is_init)
         super().init_weights()
         if reset:
