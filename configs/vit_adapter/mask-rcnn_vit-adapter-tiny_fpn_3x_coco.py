@@ -77,14 +77,17 @@ optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(
         type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+    # As the official config: no decay for names containing these keys.
+    # The spatial prior module's BN weights (spm.*.weight) are decayed;
+    # the PE norms (blocks.{i}.pe_norm) contain "norm".
     paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
         custom_keys={
             'level_embed': dict(decay_mult=0.0),
             'pos_embed': dict(decay_mult=0.0),
-            'pe_norm': dict(decay_mult=0.0),
-        }))
+            'norm': dict(decay_mult=0.0),
+            'bias': dict(decay_mult=0.0),
+        }),
+    clip_grad=None)
 max_epochs = 36
 train_cfg = dict(max_epochs=max_epochs)
 param_scheduler = [
