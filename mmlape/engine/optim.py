@@ -27,7 +27,8 @@ from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
 
 __all__ = [
-    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR', 'deit_epoch_lr'
+    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
+    'deit_epoch_lr'
 ]
 
 
@@ -150,9 +151,9 @@ class LaPEDeiTCosineLR(LRSchedulerMixin, _ParamScheduler):
                  last_step: int = -1,
                  by_epoch: bool = True,
                  verbose: bool = False) -> None:
-        checks = (('warmup_epochs', warmup_epochs, 0), ('cosine_epochs',
-                                                        cosine_epochs, 1),
-                  ('lag_epochs', lag_epochs, 0))
+        checks = (('warmup_epochs', warmup_epochs, 0),
+                  ('cosine_epochs', cosine_epochs, 1), ('lag_epochs',
+                                                        lag_epochs, 0))
         for name, value, low in checks:
             if not isinstance(value, int) or value < low:
                 raise ValueError(f'{type(self).__name__}: {name}={value!r};'

@@ -36,7 +36,7 @@ import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, List, Literal, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Literal, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -44,10 +44,10 @@ from torch import Tensor
 __all__ = [
     'BACKBONE_PREFIX', 'FORMATS', 'BackboneSpec', 'Layout', 'Converted',
     'unwrap_state_dict', 'strip_prefix', 'select_backbone', 'detect_format',
-    'detect_layout', 'convert_layout', 'convert_backbone',
-    'convert_timm_vit', 'convert_mmpretrain_vit', 'convert_mmseg_vit',
-    'convert_checkpoint', 'fit_pos_embed', 'fit_state_dict',
-    'check_join_compatible', 'pe_norm_layers', 'load_backbone_checkpoint'
+    'detect_layout', 'convert_layout', 'convert_backbone', 'convert_timm_vit',
+    'convert_mmpretrain_vit', 'convert_mmseg_vit', 'convert_checkpoint',
+    'fit_pos_embed', 'fit_state_dict', 'check_join_compatible',
+    'pe_norm_layers', 'load_backbone_checkpoint'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -245,8 +245,7 @@ def _is_square(n: int) -> bool:
     return n >= 0 and math.isqrt(n)**2 == n
 
 
-def detect_layout(state_dict: Mapping,
-                  fmt: Optional[str] = None) -> Layout:
+def detect_layout(state_dict: Mapping, fmt: Optional[str] = None) -> Layout:
     """Name the layout of a backbone state dict (keys without prefix).
 
     Rules, from the sources' code:
@@ -273,8 +272,8 @@ def detect_layout(state_dict: Mapping,
     fmt = fmt or detect_format(state_dict)
     if fmt == 'mmseg':
         return Layout('mmseg', fmt, ('cls', ))
-    tokens = tuple(kind for kind, key in (('cls', 'cls_token'),
-                                          ('dist', 'dist_token'))
+    tokens = tuple(kind for kind, key in (('cls', 'cls_token'), ('dist',
+                                                                 'dist_token'))
                    if key in state_dict)
     if fmt == 'mmpretrain':
         return Layout('mmpretrain', fmt, tokens)
@@ -287,6 +286,8 @@ def detect_layout(state_dict: Mapping,
     if (is_adapter and not tokens and rows is not None and not _is_square(rows)
             and _is_square(rows - 1)):
         return Layout('vit-adapter', 'mmlape', ('unused', ))
+    if is_adapter:  # only mmlape and the official code have these modules
+        return Layout('mmlape', 'mmlape', tokens)
     if 'dist' in tokens:
         return Layout('deit-distilled', 'timm', tokens)
     if fmt == 'timm':
@@ -420,9 +421,11 @@ def convert_layout(state_dict: Mapping,
     unused = [i for i, kind in enumerate(layout.extra_rows) if kind != 'cls']
     if pe is not None and unused:
         n_extra = len(layout.extra_rows)
-        if pe.shape[-2] <= n_extra:
-            raise ValueError(f'pos_embed has {pe.shape[-2]} rows; the '
-                             f'{layout.describe()} needs more than {n_extra}')
+        if not _is_square(pe.shape[-2] - n_extra):
+            raise ValueError(
+                f'pos_embed has {pe.shape[-2]} rows; the {layout.describe()}'
+                f' has {n_extra} extra rows, which leaves '
+                f'{pe.shape[-2] - n_extra} patch rows, not a square grid')
         keep = [i for i in range(pe.shape[-2]) if i not in unused]
         sd['pos_embed'] = pe[:, keep]
         kinds = [layout.extra_rows[i] for i in unused]
@@ -680,8 +683,7 @@ def load_backbone_checkpoint(module: torch.nn.Module,
         raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
                          f'{type(module).__name__}: {err}') from None
     new = [
-        k for k in missing
-        if new_key_pattern and re.match(new_key_pattern, k)
+        k for k in missing if new_key_pattern and re.match(new_key_pattern, k)
     ]
     missing = [k for k in missing if k not in new]
     if new:

@@ -532,8 +532,8 @@ class LaPEViT(BaseModule):
         tokens, grid, join), for :mod:`mmlape.utils.checkpoint`."""
         pe = self.pos_embed
         return BackboneSpec(
-            pos_embed_shape=tuple(pe.shape) if isinstance(
-                pe, nn.Parameter) else None,
+            pos_embed_shape=tuple(pe.shape)
+            if isinstance(pe, nn.Parameter) else None,
             num_extra_tokens=self.num_extra_tokens,
             grid_size=self.grid_size,
             interpolate_mode=self.interpolate_mode,
@@ -545,8 +545,7 @@ class LaPEViT(BaseModule):
                         **kwargs) -> None:
         """``load_state_dict`` pre-hook: fit the checkpoint's PE to this
         model (see :func:`~mmlape.utils.checkpoint.fit_state_dict`)."""
-        for note in fit_state_dict(state_dict, prefix,
-                                   self.checkpoint_spec()):
+        for note in fit_state_dict(state_dict, prefix, self.checkpoint_spec()):
             print_log(note, logger='current')
 
     def init_weights(self) -> None:
