@@ -28,9 +28,12 @@ here, in three steps, on plain dicts of tensors:
    the class-token row, and refuse what cannot fit with a message that names
    the problem.
 
-The backbone only calls these (:meth:`LaPEViT._fit_state_dict` on every
-``load_state_dict``, :meth:`LaPEViT.load_pretrained` for ``init_cfg``);
-``tools/convert/vit_to_mmlape.py`` writes the converted file.
+The backbone only calls these: :meth:`LaPEViT._fit_state_dict` runs
+:func:`fit_state_dict` on every ``load_state_dict`` (``load_from``, test and
+resume checkpoints), :meth:`LaPEViT.load_pretrained` runs
+:func:`load_backbone_checkpoint` (read, convert, check, load, log) for
+``init_cfg``; ``tools/convert/vit_to_mmlape.py`` writes the converted file
+(:func:`convert_checkpoint`).
 """
 import math
 import re
