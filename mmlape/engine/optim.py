@@ -26,6 +26,8 @@ from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS, PARAM_SCHEDULERS
 from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
 
+from mmlape.utils.checkpoint import BACKBONE_PREFIX
+
 __all__ = [
     'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
     'deit_epoch_lr'
@@ -59,7 +61,7 @@ class LaPELayerDecayOptimWrapperConstructor(
                     f'none')
 
             def get_layer_depth(name: str):
-                return backbone.get_layer_depth(name, prefix='backbone.')
+                return backbone.get_layer_depth(name, prefix=BACKBONE_PREFIX)
 
         super().add_params(params, module, prefix, get_layer_depth, **kwargs)
 
