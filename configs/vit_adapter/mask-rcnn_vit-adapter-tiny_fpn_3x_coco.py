@@ -66,7 +66,6 @@ train_pipeline = [
         crop_type='absolute_range',
         crop_size=(1024, 1024),
         allow_negative_crop=True),
-    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2)),
     dict(type='PackDetInputs')
 ]
 train_dataloader = dict(
@@ -77,19 +76,24 @@ optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(
         type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+    # As the official config: no decay for names containing these keys.
+    # The spatial prior module's BN weights (spm.*.weight) are decayed;
+    # the PE norms (blocks.{i}.pe_norm) contain "norm".
     paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
         custom_keys={
             'level_embed': dict(decay_mult=0.0),
             'pos_embed': dict(decay_mult=0.0),
-            'pe_norm': dict(decay_mult=0.0),
-        }))
+            'norm': dict(decay_mult=0.0),
+            'bias': dict(decay_mult=0.0),
+        }),
+    clip_grad=None)
 max_epochs = 36
 train_cfg = dict(max_epochs=max_epochs)
+# The official (mmcv) warm-up: lr * (r + (1 - r) * t / 500) for t < 500;
+# LinearLR reaches its end factor at iteration end - 1, hence end=501.
 param_scheduler = [
     dict(
-        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=500),
+        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=501),
     dict(
         type='MultiStepLR',
         begin=0,

@@ -1,3 +1,7 @@
-from .optim import LaPELayerDecayOptimWrapperConstructor
+from .optim import (LaPEDeiTCosineLR, LaPELayerDecayOptimWrapperConstructor,
+                    deit_epoch_lr)
 
-__all__ = ['LaPELayerDecayOptimWrapperConstructor']
+__all__ = [
+    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
+    'deit_epoch_lr'
+]

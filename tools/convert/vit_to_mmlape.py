@@ -1,10 +1,14 @@
-"""Convert a ViT checkpoint to mmlape's key names.
+"""Convert a ViT checkpoint to mmlape's key names and PE layout.
 
 Reads official DeiT / LaPE checkpoints (timm names, ``blocks.{i}.pe_norm``,
-``pos_embed{i}`` for the unshared PE), mmpretrain and mmseg ViT checkpoints,
-and writes an mmengine-style checkpoint (``state_dict`` with ``backbone.``
-keys) that loads into an mmlape classifier, or into ViT-Adapter/Segmenter
-with ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix='backbone.')``.
+``pos_embed{i}`` for the unshared PE, the relative PE's
+``blocks.{i}.attn.pe_norm``), distilled DeiTs, official ViT-Adapter
+detection/segmentation checkpoints (their unused PE row), mmpretrain and
+mmseg ViT checkpoints (see :mod:`mmlape.utils.checkpoint`), and writes an
+mmengine-style checkpoint (``state_dict`` with ``backbone.`` keys) that loads
+into an mmlape classifier or detector/segmentor, or into
+ViT-Adapter/Segmenter with
+``init_cfg=dict(type='Pretrained', checkpoint=..., prefix='backbone.')``.
 
 Example:
     python tools/convert/vit_to_mmlape.py deit_tiny_lape.pth out.pth
@@ -17,7 +21,7 @@ import sys
 import torch
 
 from mmlape.utils import safe_torch_load
-from mmlape.utils.convert import FORMATS, convert_checkpoint
+from mmlape.utils.checkpoint import FORMATS, convert_checkpoint
 
 
 def parse_args(argv=None):
@@ -61,9 +65,11 @@ def main(argv=None) -> int:
     tmp = args.dst + '.tmp'
     torch.save(ckpt, tmp)
     os.replace(tmp, args.dst)  # never leave a half-written dst
-    fmt = ckpt['meta']['converted_from']
-    print(f'converted {len(ckpt["state_dict"])} tensors ({fmt} names) to '
-          f'{args.dst}')
+    meta = ckpt['meta']
+    for note in meta['notes']:
+        print(note)
+    print(f'converted {len(ckpt["state_dict"])} tensors ({meta["layout"]} '
+          f'layout, {meta["converted_from"]} names) to {args.dst}')
     return 0
 
 

@@ -10,8 +10,6 @@ DeiT (classification, mmpretrain) and Segmenter (segmentation, mmseg) are this
 backbone with different outputs; ViT-Adapter subclasses it. The only loop over
 encoder blocks is :meth:`LaPEViT.forward_blocks`.
 """
-import math
-import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -24,7 +22,8 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmlape.registry import register_model
-from mmlape.utils.convert import convert_backbone, unwrap_state_dict
+from mmlape.utils.checkpoint import (BackboneSpec, fit_state_dict,
+                                     load_backbone_checkpoint)
 from ..layers.block import TransformerBlock
 from ..layers.pe_join import PEPlan, build_pe_join
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
@@ -527,56 +526,27 @@ class LaPEViT(BaseModule):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints
+    # checkpoints (the logic lives in mmlape.utils.checkpoint)
+    def checkpoint_spec(self) -> BackboneSpec:
+        """What this backbone expects of a checkpoint (PE shape, extra
+        tokens, grid, join), for :mod:`mmlape.utils.checkpoint`."""
+        pe = self.pos_embed
+        return BackboneSpec(
+            pos_embed_shape=tuple(pe.shape)
+            if isinstance(pe, nn.Parameter) else None,
+            num_extra_tokens=self.num_extra_tokens,
+            grid_size=self.grid_size,
+            interpolate_mode=self.interpolate_mode,
+            join=self.pe_join.name,
+            pe_norm_layers=tuple(i for i, blk in enumerate(self.blocks)
+                                 if hasattr(blk, 'pe_norm')))
+
     def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
                         **kwargs) -> None:
-        """Fit a checkpoint's PE to this model before it is loaded.
-
-        Resizes the PE grid (bicubic, the raw PE), drops a class-token row
-        this model does not have, and refuses what cannot fit with a message
-        that names the difference (width, join, per-layer PEs).
-        """
-        key = prefix + 'pos_embed'
-        if key not in state_dict or not isinstance(self.pos_embed,
-                                                   nn.Parameter):
-            return
-        src = state_dict[key]
-        dst = self.pos_embed
-        if src.dim() != 3 or src.shape[-1] != dst.shape[-1]:
-            raise ValueError(
-                f'Checkpoint does not fit: its {key} has shape '
-                f'{tuple(src.shape)} but this model has '
-                f'{tuple(dst.shape)} (embed_dims {dst.shape[-1]}). Use a '
-                f'checkpoint of the same width.')
-        if src.shape[0] != dst.shape[0]:
-            raise ValueError(
-                f'Checkpoint does not fit: it has {src.shape[0]} position '
-                f'embedding(s) in {key} but pe_join.type='
-                f'{self.pe_join.name!r} needs {dst.shape[0]} (Unshare keeps '
-                f'one per layer). Use a checkpoint of the same join.')
-        src_extra = 1 if (prefix + 'cls_token') in state_dict else 0
-        if src_extra > self.num_extra_tokens:
-            src = src[:, src_extra - self.num_extra_tokens:]
-            src_extra = self.num_extra_tokens
-        elif src_extra < self.num_extra_tokens:
-            src = torch.cat(
-                [src.new_zeros(src.shape[0], 1, src.shape[2]), src], dim=1)
-            src_extra = self.num_extra_tokens
-        n = src.shape[1] - src_extra
-        side = int(math.isqrt(n))
-        if src.shape[1] != dst.shape[1]:
-            if side * side != n:
-                raise ValueError(
-                    f'Checkpoint does not fit: {key} has {n} patch rows, '
-                    f'which is not a square grid; cannot resize it to '
-                    f'{self.grid_size}')
-            print_log(
-                f'Resize {key} from a {side}x{side} to a {self.grid_size[0]}'
-                f'x{self.grid_size[1]} grid',
-                logger='current')
-            src = resize_pos_embed(src, (side, side), self.grid_size,
-                                   src_extra, self.interpolate_mode)
-        state_dict[key] = src
+        """``load_state_dict`` pre-hook: fit the checkpoint's PE to this
+        model (see :func:`~mmlape.utils.checkpoint.fit_state_dict`)."""
+        for note in fit_state_dict(state_dict, prefix, self.checkpoint_spec()):
+            print_log(note, logger='current')
 
     def init_weights(self) -> None:
         """Load ``init_cfg=dict(type='Pretrained', ...)`` through
@@ -588,97 +558,17 @@ class LaPEViT(BaseModule):
             return
         super().init_weights()
 
-    def check_join_compatible(self, state_dict: Dict) -> None:
-        """Refuse a backbone state dict trained with another join.
-
-        The layers that own a PE norm (``blocks.{i}.pe_norm``) must be the
-        same in the checkpoint and in this model. An MPVG checkpoint may
-        initialise a PVG model (its ``pe_join.last_norm`` is then logged as
-        unexpected): that is how MPVG reaches backbones without a final norm.
-
-        Raises:
-            ValueError: Names both joins' PE-norm layers.
-        """
-        found = sorted({
-            int(m.group(1))
-            for m in (re.match(r'^blocks\.(\d+)\.pe_norm\.', k)
-                      for k in state_dict) if m
-        })
-        expected = [
-            i for i, blk in enumerate(self.blocks) if hasattr(blk, 'pe_norm')
-        ]
-        if found != expected:
-            raise ValueError(
-                f'Checkpoint does not fit the join: it has PE norms '
-                f'(blocks.{{i}}.pe_norm) in layers {found} but this model '
-                f'(pe_join.type={self.pe_join.name!r}) has them in layers '
-                f'{expected}. Initialise from a checkpoint trained with the '
-                f'same join (e.g. a LaPE ImageNet checkpoint for a LaPE '
-                f'model, an MPVG one for PVG/MPVG).')
-
     def load_pretrained(self,
                         checkpoint: str,
                         prefix: Optional[str] = None) -> None:
-        """Load a ViT checkpoint of any known naming into this backbone.
-
-        The file is read with mmlape's safe loader, the backbone part is
-        selected by ``prefix`` (e.g. ``'backbone.'``), converted from
-        official DeiT/LaPE (timm), mmpretrain or mmseg names, checked for
-        join compatibility, and its PE is fitted (resized; a class-token row
-        dropped when this model has none). Missing and unexpected keys are
-        logged.
+        """Load a ViT checkpoint of any known layout into this backbone
+        (see :func:`~mmlape.utils.checkpoint.load_backbone_checkpoint`).
 
         Args:
             checkpoint (str): Path of the checkpoint.
             prefix (str, optional): Keep only keys under this prefix and
-                strip it. Defaults to None (whole state dict; a
-                ``backbone.`` prefix is then detected).
-
-        Raises:
-            ValueError: The checkpoint has no keys under ``prefix``, was
-                trained with another join, or has another width.
+                strip it. Defaults to None (a ``backbone.`` prefix is then
+                detected).
         """
-        from mmengine.runner.checkpoint import CheckpointLoader
-        ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
-        sd = unwrap_state_dict(ckpt)
-        if prefix:
-            sd = {
-                k[len(prefix):]: v
-                for k, v in sd.items() if k.startswith(prefix)
-            }
-            if not sd:
-                raise ValueError(f'Checkpoint "{checkpoint}" has no keys '
-                                 f'under prefix "{prefix}"')
-        sd = convert_backbone(sd)
-        self.check_join_compatible(sd)
-        try:
-            missing, unexpected = self.load_state_dict(sd, strict=False)
-        except RuntimeError as err:
-            raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
-                             f'{type(self).__name__}: {err}') from None
-        new = [
-            k for k in missing
-            if self.new_key_pattern and re.match(self.new_key_pattern, k)
-        ]
-        missing = [k for k in missing if k not in new]
-        if new:
-            print_log(
-                f'{len(new)} tensors of modules that a ViT checkpoint does '
-                f'not have are initialised afresh',
-                logger='current')
-        if missing:
-            print_log(
-                f'Keys missing from "{checkpoint}" (left as '
-                f'initialised): {missing}',
-                logger='current',
-                level=30)
-        if unexpected:
-            print_log(
-                f'Unexpected keys in "{checkpoint}" (ignored): '
-                f'{unexpected}',
-                logger='current',
-                level=30)
-        print_log(
-            f'Loaded {len(sd) - len(unexpected)} tensors from '
-            f'"{checkpoint}"',
-            logger='current')
+        load_backbone_checkpoint(self, checkpoint, prefix,
+                                 self.checkpoint_spec(), self.new_key_pattern)
