@@ -1,4 +1,4 @@
-"""Each join against the reference written from SPEC.md's equations."""
+"""Each join against the reference written from docs/methods.md."""
 import pytest
 import torch
 from reference import reference_forward, reference_relative_lape
@@ -98,10 +98,10 @@ def test_pe_norm_runs_after_resize():
     hw = (6, 3)
     with torch.no_grad():
         plan = model.pe_plan(hw)
-        pos = resize_pos_embed(model.pos_embed, (4, 4), hw, 1)
+        pos = resize_pos_embed(model.pos_embed, (4, 4), hw)
         want = model.blocks[0].pe_norm(pos)
         other = resize_pos_embed(model.blocks[0].pe_norm(model.pos_embed),
-                                 (4, 4), hw, 1)
+                                 (4, 4), hw)
     torch.testing.assert_close(plan.attn[0], want)
     assert plan.attn[0].shape == (1, 1 + 18, 64)
     assert not torch.allclose(plan.attn[0], other, atol=1e-3)

@@ -29,7 +29,7 @@ def gap_cfg():
 @pytest.mark.parametrize('arch,C', [('deit-tiny', 192), ('deit-small', 384),
                                     ('deit-base', 768)])
 def test_parameter_cost_per_join(arch, C):
-    """SPEC.md: LaPE +2C per layer; PVG -C (class token) -C (PE row)
+    """docs/methods.md: LaPE +2C per layer; PVG -C (class token) -C (PE row)
     +2C per layer 1..L-1; MPVG +2C more; Unshare +(L-1) PEs."""
     L, rows = 12, 197
     counts = {
@@ -237,7 +237,8 @@ def test_pretrained_resizes_pe_and_drops_class_token(tmp_path):
     dense.init_weights()
     assert dense.pos_embed.shape == (1, 64, 64)
     from mmlape.models import resize_pos_embed
-    want = resize_pos_embed(src.pos_embed[:, 1:], (4, 4), (8, 8), 0)
+    want = resize_pos_embed(
+        src.pos_embed[:, 1:], (4, 4), (8, 8), num_extra_tokens=0)
     torch.testing.assert_close(dense.pos_embed.data, want)
     torch.testing.assert_close(dense.blocks[3].pe_norm.weight,
                                src.blocks[3].pe_norm.weight)

@@ -146,7 +146,8 @@ def test_loads_classifier_checkpoint_exactly(tmp_path):
             continue
         if key == 'pos_embed':
             from mmlape.models import resize_pos_embed
-            want = resize_pos_embed(value[:, 1:], (2, 2), (4, 4), 0)
+            want = resize_pos_embed(
+                value[:, 1:], (2, 2), (4, 4), num_extra_tokens=0)
             torch.testing.assert_close(own[key], want)
         else:
             torch.testing.assert_close(own[key], value, msg=key)

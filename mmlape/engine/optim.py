@@ -13,14 +13,14 @@ backbone (decode heads, necks) the full learning rate.
 from typing import Callable, List, Optional
 
 import torch.nn as nn
-from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
 
 __all__ = ['LaPELayerDecayOptimWrapperConstructor']
 
 
-@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+# Registered (lazily, by name) in mmlape/engine/__init__.py: importing this
+# module imports mmpretrain.
 class LaPELayerDecayOptimWrapperConstructor(
         LearningRateDecayOptimWrapperConstructor):
     """Layer decay through ``model.backbone.get_layer_depth``.

@@ -367,8 +367,12 @@ class LaPEViT(BaseModule):
         """The raw PE resized (once) to the patch grid ``hw``."""
         if self.pos_embed is None:
             return None
-        return resize_pos_embed(self.pos_embed, self.grid_size, hw,
-                                self.num_extra_tokens, self.interpolate_mode)
+        return resize_pos_embed(
+            self.pos_embed,
+            self.grid_size,
+            hw,
+            mode=self.interpolate_mode,
+            num_extra_tokens=self.num_extra_tokens)
 
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
         """The PE plan for a patch grid ``hw``.
@@ -574,8 +578,11 @@ class LaPEViT(BaseModule):
                 f'Resize {key} from a {side}x{side} to a {self.grid_size[0]}'
                 f'x{self.grid_size[1]} grid',
                 logger='current')
-            src = resize_pos_embed(src, (side, side), self.grid_size,
-                                   src_extra, self.interpolate_mode)
+            src = resize_pos_embed(
+                src, (side, side),
+                self.grid_size,
+                mode=self.interpolate_mode,
+                num_extra_tokens=src_extra)
         state_dict[key] = src
 
     def init_weights(self) -> None:
