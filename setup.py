@@ -1,4 +1,4 @@
-"""Install mmlape (`pip install --no-build-isolation -e .`, or `pip install .`).
+"""Install mmlape (`pip install --no-build-isolation -e .` or `pip install .`).
 
 The OpenMMLab stack is installed by ``scripts/install.sh`` (it has to build
 mmcv with ops against the torch that is already there), so ``setup.py`` only
@@ -83,8 +83,8 @@ if __name__ == '__main__':
         version=read_version(),
         description='Layer-adaptive position embeddings (LaPE, PVG, MPVG) '
         'for Vision Transformers on the OpenMMLab stack',
-        long_description=open(
-            osp.join(ROOT, 'README.md'), encoding='utf-8').read(),
+        long_description=open(osp.join(ROOT, 'README.md'),
+                              encoding='utf-8').read(),
         long_description_content_type='text/markdown',
         packages=find_packages(
             exclude=('configs', 'tools', 'tests', 'benchmarks')),

@@ -18,8 +18,8 @@ import sys
 from importlib import metadata
 from typing import Dict, List, Optional, Tuple
 
-REQUIREMENTS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
-                        'requirements')
+REQUIREMENTS = osp.join(
+    osp.dirname(osp.dirname(osp.abspath(__file__))), 'requirements')
 _LINE = re.compile(r'^([A-Za-z0-9_.\-]+)\s*(.*)$')
 _CLAUSE = re.compile(r'^(==|!=|>=|<=|>|<)\s*([0-9][0-9A-Za-z.]*)$')
 
@@ -40,7 +40,8 @@ def read_requirements(name: str) -> Dict[str, List[Tuple[str, str]]]:
             if match is None:
                 raise ValueError(f'requirements/{name}: cannot read "{line}"')
             clauses = []
-            for part in filter(None, match.group(2).replace(' ', '').split(',')):
+            spec = match.group(2).replace(' ', '')
+            for part in filter(None, spec.split(',')):
                 clause = _CLAUSE.match(part)
                 if clause is None:
                     raise ValueError(

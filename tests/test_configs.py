@@ -4,10 +4,10 @@ import importlib
 import os.path as osp
 
 import pytest
+from conftest import ROOT
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = sorted(
     glob.glob(osp.join(ROOT, 'configs', '**', '*.py'), recursive=True))
 JOINS = {'lape': 'LaPE', 'pvg': 'PVG', 'mpvg': 'MPVG'}

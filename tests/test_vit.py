@@ -1,21 +1,10 @@
 """The ViT backbone: sizes, gradients, caching, slicing, checkpoints."""
 import pytest
 import torch
+from conftest import IMG
+from conftest import tiny_vit as tiny
 
 from mmlape.models import LaPEViT
-
-IMG = 32
-
-
-def tiny(pe_join='Default', with_cls_token=True, out_type='raw', **kwargs):
-    return LaPEViT(
-        'test-tiny',
-        img_size=IMG,
-        patch_size=8,
-        pe_join=pe_join,
-        with_cls_token=with_cls_token,
-        out_type=out_type,
-        **kwargs)
 
 
 def n_params(model):

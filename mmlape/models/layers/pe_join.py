@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 
-
 @dataclass
 class PEPlan:
     """What the position embedding contributes to one forward pass.

@@ -24,8 +24,8 @@ PEType = Literal['learnable', 'sincos1d', 'sincos2d', 'relative']
 PE_TYPES: Tuple[str, ...] = get_args(PEType)
 #: The types that are a PE tensor added to tokens (all but ``relative``,
 #: a bias on the attention logits).
-ABSOLUTE_PE_TYPES: Tuple[str, ...] = tuple(t for t in PE_TYPES
-                                           if t != 'relative')
+ABSOLUTE_PE_TYPES: Tuple[str,
+                         ...] = tuple(t for t in PE_TYPES if t != 'relative')
 #: Interpolation modes :func:`resize_pos_embed` accepts.
 _RESIZE_MODES = ('nearest', 'bilinear', 'bicubic', 'area', 'nearest-exact')
 
