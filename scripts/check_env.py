@@ -2,7 +2,7 @@
 
 Exit status 0 when all is in place. ``--part torch`` checks only that torch
 and torchvision import and run together; ``--part mmcv`` that mmcv has its
-compiled ops. ``--pin NAME`` prints NAME's requirement line (``mmcv==2.1.0``).
+compiled ops. ``--pin NAME`` prints NAME's requirement line (``mmcv==X.Y.Z``).
 Used by ``scripts/install.sh`` to skip what is already done.
 
 The versions come from ``requirements/*.txt``, the one place they are
@@ -25,7 +25,7 @@ _CLAUSE = re.compile(r'^(==|!=|>=|<=|>|<)\s*([0-9][0-9A-Za-z.]*)$')
 
 
 def read_requirements(name: str) -> Dict[str, List[Tuple[str, str]]]:
-    """Requirement name -> its version clauses, e.g. ``[('==', '2.1.0')]``.
+    """Requirement name -> its (operator, version) clauses.
 
     Reads the simple lines these files hold: ``name``, ``name==v`` or
     ``name>=a,<b``; ``#`` starts a comment.

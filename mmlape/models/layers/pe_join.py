@@ -193,6 +193,7 @@ class DefaultJoin(BasePEJoin):
     With a relative PE, every layer adds its own raw bias to its logits.
 
     Example:
+        >>> import torch
         >>> join = build_pe_join(dict(type='Default'), num_layers=4,
         ...                      embed_dims=64, with_cls_token=True)
         >>> plan = join.plan(torch.randn(1, 17, 64), None, [None] * 4)
