@@ -59,12 +59,12 @@ def add_mim_extension() -> None:
     for name in MIM_FILES:
         src = osp.join(ROOT, name)
         dst = osp.join(mim_dir, name)
+        if not osp.exists(src):
+            continue  # e.g. a wheel built from an sdist keeps its copy
         if osp.islink(dst) or osp.isfile(dst):
             os.remove(dst)
         elif osp.isdir(dst):
             shutil.rmtree(dst)
-        if not osp.exists(src):
-            continue
         if mode == 'symlink':
             os.symlink(osp.relpath(src, mim_dir), dst)
         elif osp.isdir(src):
@@ -86,8 +86,9 @@ if __name__ == '__main__':
         long_description=open(osp.join(ROOT, 'README.md'),
                               encoding='utf-8').read(),
         long_description_content_type='text/markdown',
-        packages=find_packages(
-            exclude=('configs', 'tools', 'tests', 'benchmarks')),
+        # mmlape only: configs and tools travel in mmlape/.mim, and no
+        # top-level ``tools`` package lands in site-packages.
+        packages=find_packages(include=('mmlape', 'mmlape.*')),
         include_package_data=True,
         python_requires='>=3.8',
         install_requires=read_requirements('openmmlab.txt') +

@@ -45,6 +45,7 @@ def test_configs_exist():
             assert f'configs/deit/deit-{arch}{suffix}_4xb256_in1k.py' in names
 
 
+@pytest.mark.slow  # builds every full-size model
 @pytest.mark.parametrize(
     'path', [p for p in CONFIGS if '/demo/' not in p],
     ids=lambda p: osp.relpath(p, ROOT))

@@ -93,6 +93,7 @@ SEG_CONFIGS = [
 ]
 
 
+@pytest.mark.slow  # a real train step and slide test per config
 @pytest.mark.parametrize(
     'config', SEG_CONFIGS, ids=['default', 'lape', 'pvg', 'mpvg'])
 def test_segmenter_configs_train_step_and_slide_test(config, tmp_path):

@@ -15,8 +15,10 @@ def gap_cfg():
     return dict(with_cls_token=False, out_type='avg_featmap')
 
 
-@pytest.mark.parametrize('arch,C', [('deit-tiny', 192), ('deit-small', 384),
-                                    ('deit-base', 768)])
+@pytest.mark.parametrize(
+    'arch,C', [('deit-tiny', 192),
+               pytest.param('deit-small', 384, marks=pytest.mark.slow),
+               pytest.param('deit-base', 768, marks=pytest.mark.slow)])
 def test_parameter_cost_per_join(arch, C):
     """docs/methods.md: LaPE +2C per layer; PVG -C (class token) -C (PE row)
     +2C per layer 1..L-1; MPVG +2C more; Unshare +(L-1) PEs."""
