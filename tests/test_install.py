@@ -129,9 +129,8 @@ def test_configs_inherit_mmlape_bases_from_a_wheel(tmp_path):
     ])
     wheel, = glob.glob(str(tmp_path / 'wheels' / 'mmlape-*.whl'))
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {n.split('/')[0] for n in names} == {
-        'mmlape', osp.basename(wheel).split('-py')[0] + '.dist-info'
-    }
+    dist_info = osp.basename(wheel).split('-py')[0] + '.dist-info'
+    assert {n.split('/')[0] for n in names} == {'mmlape', dist_info}
     for name in (
             'configs/deit/deit-tiny-lape_4xb256_in1k.py',
             'configs/vit_adapter/mask-rcnn_vit-adapter-tiny_fpn_3x_coco.py',
