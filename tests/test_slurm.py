@@ -155,3 +155,34 @@ def test_train_then_test_through_srun(fake_slurm, pos_shapes_data, tmp_path):
     assert calls[1]['args'][-len(opts) - 3:] == [
         '--launcher=slurm', '--work-dir', test_work
     ] + opts
+
+
+def test_slurm_variables_become_torch_rendezvous(monkeypatch, fake_slurm):
+    from mmlape.utils.launch import UsageError, slurm_to_torch_env
+    for name in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST',
+                 'SLURM_LOCALID', 'MASTER_ADDR', 'MASTER_PORT', 'RANK',
+                 'WORLD_SIZE', 'LOCAL_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(
+            UsageError,
+            match='SLURM_PROCID, SLURM_NTASKS, '
+            'SLURM_NODELIST not set; start the job with srun'):
+        slurm_to_torch_env()
+    env, _ = fake_slurm
+    monkeypatch.setenv('PATH', env['PATH'])
+    monkeypatch.setenv('FAKE_SRUN_LOG', env['FAKE_SRUN_LOG'])
+    for name, value in dict(
+            SLURM_PROCID='5',
+            SLURM_NTASKS='16',
+            SLURM_LOCALID='1',
+            SLURM_NODELIST='node[01]').items():
+        monkeypatch.setenv(name, value)
+    slurm_to_torch_env(port=29777)
+    assert [
+        os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK',
+                                'MASTER_ADDR', 'MASTER_PORT')
+    ] == ['5', '16', '1', '127.0.0.1', '29777']
+    monkeypatch.setenv('SLURM_NODELIST', 'other[1-2]')
+    monkeypatch.delenv('MASTER_ADDR')
+    with pytest.raises(UsageError, match='set MASTER_ADDR'):
+        slurm_to_torch_env()
