@@ -275,3 +275,13 @@ def test_methods_doc_is_the_reference():
             cited.append(osp.relpath(path, ROOT))
     assert 'tests/reference.py' in cited
     assert 'mmlape/models/layers/pe_join.py' in cited
+
+
+def test_ci_runs_the_docstring_examples():
+    """``make test`` (what CI runs) ends with the doctests of mmlape."""
+    out = run(['make', '-n', 'test'])
+    lines = out.stdout.strip().splitlines()
+    assert '-m pytest --doctest-modules mmlape' in lines[-1]
+    assert any(
+        line.endswith('-m pytest ')
+        or '-m pytest' in line and '--doctest' not in line for line in lines)
