@@ -4,10 +4,10 @@ import importlib
 import os.path as osp
 
 import pytest
+from conftest import ROOT
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = sorted(
     glob.glob(osp.join(ROOT, 'configs', '**', '*.py'), recursive=True))
 JOINS = {'lape': 'LaPE', 'pvg': 'PVG', 'mpvg': 'MPVG'}
@@ -41,6 +41,7 @@ def test_configs_exist():
             assert f'configs/deit/deit-{arch}{suffix}_4xb256_in1k.py' in names
 
 
+@pytest.mark.slow  # builds every full-size model
 @pytest.mark.parametrize(
     'path', [p for p in CONFIGS if '/demo/' not in p],
     ids=lambda p: osp.relpath(p, ROOT))

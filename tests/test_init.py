@@ -238,7 +238,8 @@ def assert_loaded(model, src, skip=()):
             extra = 1 if 'cls_token' in src else 0
             keep = model.num_extra_tokens
             value = value[:, extra - keep:] if extra > keep else value
-            value = resize_pos_embed(value, (14, 14), model.grid_size, keep)
+            value = resize_pos_embed(
+                value, (14, 14), model.grid_size, num_extra_tokens=keep)
             torch.testing.assert_close(own[key], value, msg=key)
         else:
             assert torch.equal(own[key], value), key

@@ -159,7 +159,8 @@ def test_loads_classifier_checkpoint_exactly(tmp_path):
             continue
         if key == 'pos_embed':
             from mmlape.models import resize_pos_embed
-            want = resize_pos_embed(value[:, 1:], (2, 2), (4, 4), 0)
+            want = resize_pos_embed(
+                value[:, 1:], (2, 2), (4, 4), num_extra_tokens=0)
             torch.testing.assert_close(own[key], want)
         else:
             torch.testing.assert_close(own[key], value, msg=key)
@@ -326,7 +327,8 @@ def test_mpvg_last_norm_loads_checkpoint_and_changes_the_pyramid(tmp_path):
     with torch.no_grad():
         got, base = mpvg(img), pvg(img)
     x = captured['x']  # (2, 4 * 6, 64)
-    pos = resize_pos_embed(src['pos_embed'], (4, 4), (4, 6), 0)
+    pos = resize_pos_embed(
+        src['pos_embed'], (4, 4), (4, 6), num_extra_tokens=0)
     want = F.layer_norm(x, (64, ), src['norm.weight'],
                         src['norm.bias'], 1e-6) + F.layer_norm(
                             pos, (64, ), src['pe_join.last_norm.weight'],

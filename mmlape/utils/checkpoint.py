@@ -597,8 +597,11 @@ def fit_pos_embed(src: Tensor,
                 f'Checkpoint does not fit: after its extra rows, {key} has '
                 f'{n} patch rows, which is not a square grid; cannot resize '
                 f'it to this model\'s {grid[0]}x{grid[1]} grid')
-        src = resize_pos_embed(src, (side, side), grid, want,
-                               spec.interpolate_mode)
+        src = resize_pos_embed(
+            src, (side, side),
+            grid,
+            mode=spec.interpolate_mode,
+            num_extra_tokens=want)
         notes.append(f'{key}: resized from a {side}x{side} to a {grid[0]}x'
                      f'{grid[1]} grid ({spec.interpolate_mode})')
     return src, notes

@@ -5,15 +5,17 @@ References:
     when none exists) and ``Runner.wrap_model`` (``model_wrapper_cfg`` wins
     over its default ``device_ids``).
 
-mmengine's pytorch launcher assumes GPUs: it calls ``torch.cuda.set_device``,
-defaults to nccl and wraps DDP with ``device_ids=[LOCAL_RANK]``. On a machine
-without CUDA, :func:`setup_cpu_distributed` initialises the process group with
-gloo itself and sets ``device_ids=None``, so the same ``tools/dist_train.sh``
-runs N CPU processes.
+mmengine's pytorch and slurm launchers assume GPUs: they call
+``torch.cuda.set_device``, default to nccl and wrap DDP with
+``device_ids=[LOCAL_RANK]``. On a machine without CUDA,
+:func:`setup_cpu_distributed` initialises the process group with gloo itself
+and sets ``device_ids=None``, so the same ``tools/dist_train.sh`` runs N CPU
+processes and ``tools/slurm_train.sh`` runs on CPU nodes.
 """
 import datetime
 import importlib
 import os
+import subprocess
 
 import torch
 import torch.distributed as dist
@@ -21,7 +23,7 @@ from mmengine.config import Config
 
 __all__ = [
     'UsageError', 'check_checkpoint_fits', 'check_dataset_paths',
-    'register_scope_modules', 'setup_cpu_distributed'
+    'register_scope_modules', 'setup_cpu_distributed', 'slurm_to_torch_env'
 ]
 
 
@@ -45,10 +47,13 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     dist_cfg = env_cfg.setdefault('dist_cfg', {})
     dist_cfg['backend'] = 'gloo'
     if not dist.is_initialized():
-        if cfg.launcher != 'pytorch':
+        if cfg.launcher == 'slurm':
+            slurm_to_torch_env(dist_cfg.get('port'))
+        elif cfg.launcher != 'pytorch':
             raise RuntimeError(
                 f'launcher={cfg.launcher!r} without CUDA is not supported; '
-                f'use tools/dist_train.sh (torchrun, launcher=pytorch)')
+                f'use tools/dist_train.sh (torchrun, launcher=pytorch) or '
+                f'tools/slurm_train.sh (launcher=slurm)')
         timeout = datetime.timedelta(seconds=dist_cfg.get('timeout', 1800))
         dist.init_process_group(
             backend='gloo',
@@ -63,6 +68,53 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     wrapper['device_ids'] = None
     cfg.model_wrapper_cfg = wrapper
     return True
+
+
+def slurm_to_torch_env(port=None) -> None:
+    """Set torch's rendezvous variables from those of a Slurm task.
+
+    As mmengine's slurm launcher does: ``RANK`` from ``SLURM_PROCID``,
+    ``WORLD_SIZE`` from ``SLURM_NTASKS``, ``LOCAL_RANK`` from
+    ``SLURM_LOCALID``, ``MASTER_ADDR`` (unless set) from the first host of
+    ``SLURM_NODELIST`` (``scontrol show hostnames``), ``MASTER_PORT`` from
+    ``port``, the environment, or 29500.
+
+    Args:
+        port (int, optional): ``env_cfg.dist_cfg.port``. Defaults to None.
+
+    Raises:
+        UsageError: When a Slurm variable is missing (not inside ``srun``).
+    """
+    missing = [
+        name for name in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST')
+        if name not in os.environ
+    ]
+    if missing:
+        raise UsageError(
+            f'--launcher slurm: {", ".join(missing)} not set; start the job '
+            f'with srun (tools/slurm_train.sh, tools/slurm_test.sh)')
+    env = os.environ
+    if 'MASTER_ADDR' not in env:
+        nodes = env['SLURM_NODELIST']
+        try:
+            out = subprocess.run(['scontrol', 'show', 'hostnames', nodes],
+                                 capture_output=True,
+                                 text=True)
+            hosts, why = out.stdout.split(), out.stderr.strip()
+        except FileNotFoundError:
+            hosts, why = [], 'scontrol not found'
+        if not hosts:
+            raise UsageError(
+                f'--launcher slurm: "scontrol show hostnames {nodes}" '
+                f'failed ({why or "no hosts"}); set MASTER_ADDR to the '
+                f'first node of the job')
+        env['MASTER_ADDR'] = hosts[0]
+    if port is not None:
+        env['MASTER_PORT'] = str(port)
+    env.setdefault('MASTER_PORT', '29500')
+    env['RANK'] = env['SLURM_PROCID']
+    env['WORLD_SIZE'] = env['SLURM_NTASKS']
+    env['LOCAL_RANK'] = env.get('SLURM_LOCALID', '0')
 
 
 def register_scope_modules(cfg: Config) -> str:

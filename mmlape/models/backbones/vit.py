@@ -366,8 +366,12 @@ class LaPEViT(BaseModule):
         """The raw PE resized (once) to the patch grid ``hw``."""
         if self.pos_embed is None:
             return None
-        return resize_pos_embed(self.pos_embed, self.grid_size, hw,
-                                self.num_extra_tokens, self.interpolate_mode)
+        return resize_pos_embed(
+            self.pos_embed,
+            self.grid_size,
+            hw,
+            mode=self.interpolate_mode,
+            num_extra_tokens=self.num_extra_tokens)
 
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
         """The PE plan for a patch grid ``hw``.

@@ -9,6 +9,7 @@ References:
     ``PVG``/``MPVG``: Lee, Ham, Kim, "Position Vector Guidance ..." (layer-
     wise PE from layer 1 on, GAP, and for MPVG the PE added again at the
     last LayerNorm), AAAI 2025.
+    The equations of every join, in the code's names: docs/methods.md.
 
 A join is chosen by config (``pe_join=dict(type='LaPE', ...)``) and does one
 thing: it turns the raw position embedding into a :class:`PEPlan`, which
@@ -32,13 +33,12 @@ from mmcv.cnn import build_norm_layer
 from torch import Tensor
 
 from mmlape.registry import PE_JOINS
+from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES
 
 __all__ = [
     'PEPlan', 'BasePEJoin', 'DefaultJoin', 'ShareJoin', 'UnshareJoin',
     'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'pe_join_names'
 ]
-
-ABSOLUTE_PE_TYPES = ('learnable', 'sincos1d', 'sincos2d')
 
 
 @dataclass
@@ -193,6 +193,7 @@ class DefaultJoin(BasePEJoin):
     With a relative PE, every layer adds its own raw bias to its logits.
 
     Example:
+        >>> import torch
         >>> join = build_pe_join(dict(type='Default'), num_layers=4,
         ...                      embed_dims=64, with_cls_token=True)
         >>> plan = join.plan(torch.randn(1, 17, 64), None, [None] * 4)
@@ -200,7 +201,7 @@ class DefaultJoin(BasePEJoin):
         (torch.Size([1, 17, 64]), [None, None, None, None])
     """
     name = 'Default'
-    pe_types = ABSOLUTE_PE_TYPES + ('relative', )
+    pe_types = PE_TYPES
 
     def plan(self, pos, rel_biases, pe_norms):
         plan = PEPlan(self.num_layers, input=pos)
@@ -271,7 +272,7 @@ class LaPEJoin(BasePEJoin):
         [True, True, False, False]
     """
     name = 'LaPE'
-    pe_types = ABSOLUTE_PE_TYPES + ('relative', )
+    pe_types = PE_TYPES
     #: First layer that takes a layer-wise PE.
     first_pe_layer: int = 0
     #: Whether the raw PE is also added to the tokens at the input.
