@@ -362,12 +362,12 @@ def main(argv=None) -> int:
     if osp.isdir(args.dest):
         for entry in os.listdir(args.dest):
             path = osp.join(args.dest, entry)
-            if osp.isfile(path) and (entry.endswith(
-                ('.whl', '.tar.gz', '.zip')) or entry == 'MANIFEST.txt'):
+            fetched = entry.endswith(('.whl', '.tar.gz', '.zip'))
+            if osp.isfile(path) and (fetched or entry == 'MANIFEST.txt'):
                 os.remove(path)
     os.makedirs(args.dest, exist_ok=True)
     try:
-        done = resolve(needs, present, args.dest)
+        done = resolve(needs, present, args.dest, download=pip_download)
     except RuntimeError as err:
         print(f'error: {err}', file=sys.stderr)
         return 1

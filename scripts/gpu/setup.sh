@@ -13,11 +13,13 @@
 #
 # Idempotent and resumable: a second run skips what is done; a build that was
 # cut short resumes where ninja stopped (the build tree is kept in
-# BUILD_DIR). A wheel built earlier for the same torch, CUDA and arch list is
-# reused: from BUILD_DIR, or from WHEEL_DIR/built/ where `--export DIR`
-# leaves it (split into parts small enough to travel back from a device call).
+# BUILD_DIR). The built wheel is stripped of debug information (several times
+# smaller). A wheel built earlier for the same torch, CUDA and arch list is
+# reused: from BUILD_DIR, or from WHEEL_DIR/built/, where the files that
+# `--export DIR` writes go (the wheel split into parts small enough to travel
+# back from a device call, and BUILD_INFO).
 #
-# Usage: bash scripts/gpu/setup.sh [--export DIR]
+# Usage: bash scripts/gpu/setup.sh [--export DIR | --export-only DIR]
 # Environment:
 #   PYTHON                interpreter to set up (default: python3)
 #   WHEEL_DIR             wheels and the mmcv sdist (default: .whl)
@@ -34,9 +36,12 @@ PY=${PYTHON:-python3}
 WHL=${WHEEL_DIR:-.whl}
 BUILD=${BUILD_DIR:-.gpu_build}
 EXPORT=""
+SETUP=1
 while (($#)); do
     case $1 in
         --export) EXPORT=${2:?--export needs a folder}; shift 2 ;;
+        --export-only) EXPORT=${2:?--export-only needs a folder}; SETUP=0
+            shift 2 ;;
         -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
         *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -48,6 +53,39 @@ die() { echo "[gpu-setup] error: $*" >&2; exit 1; }
 mkdir -p "$BUILD"
 BUILD=$(cd "$BUILD" && pwd)
 start=$(date +%s)
+shopt -s nullglob
+
+export_wheel() {  # the built wheel in parts of 15 MiB, and its BUILD_INFO
+    local whl=("$BUILD"/dist/mmcv-*.whl)
+    if ((!${#whl[@]})); then
+        say "nothing to export: no mmcv wheel in $BUILD/dist"
+        return 0
+    fi
+    mkdir -p "$EXPORT"
+    split -b 15M -d "${whl[0]}" "$EXPORT/$(basename "${whl[0]}").part-"
+    cp "$BUILD/dist/BUILD_INFO" "$EXPORT/"
+    say "mmcv wheel ($(du -h "${whl[0]}" | cut -f1)) split into $EXPORT;" \
+        "put the parts and BUILD_INFO in $WHL/built/ to reuse them"
+}
+
+strip_wheel() {  # drop the extension's debug information, keep the wheel
+    local whl=$1 tmp=$BUILD/unpacked
+    command -v strip >/dev/null || return 0
+    rm -rf "$tmp" && mkdir -p "$tmp/out"
+    if "$PY" -m wheel unpack -d "$tmp" "$whl" >/dev/null &&
+        strip --strip-debug "$tmp"/mmcv-*/mmcv/_ext*.so &&
+        "$PY" -m wheel pack -d "$tmp/out" "$tmp"/mmcv-*/ >/dev/null; then
+        mv "$tmp"/out/*.whl "$whl"
+    else
+        say "could not strip $whl; keeping it as built"
+    fi
+    rm -rf "$tmp"
+}
+
+if ((!SETUP)); then
+    export_wheel
+    exit 0
+fi
 
 say "machine: $(nproc) cores; $("$PY" -c 'import sys, torch
 name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
@@ -57,7 +95,6 @@ command -v nvcc >/dev/null || die "nvcc is not on PATH (set CUDA_HOME/PATH)"
 say "$(nvcc --version | grep -i release)"
 
 # 1. the wheels ------------------------------------------------------------
-shopt -s nullglob
 wheels=("$WHL"/*.whl)
 sdists=("$WHL"/mmcv-*.tar.gz)
 ((${#wheels[@]})) && ((${#sdists[@]} == 1)) || die "$WHL must hold the" \
@@ -123,28 +160,19 @@ else
             die "mmcv build failed after $(($(date +%s) - t0)) s"
         fi
         secs=$(($(date +%s) - t0))
+        built=("$dist"/mmcv-"$version"-*.whl)
+        strip_wheel "${built[0]}"
         echo "$info" > "$dist/BUILD_INFO"
         echo "$secs s, $jobs jobs, $(nproc) cores, $info, $(date -u +%F)" \
             > "$BUILD/mmcv_build_time.txt"
-        say "mmcv built in $secs s ($BUILD/mmcv_build_time.txt)"
-        built=("$dist"/mmcv-"$version"-*.whl)
+        say "mmcv built in $secs s ($BUILD/mmcv_build_time.txt); wheel" \
+            "$(du -h "${built[0]}" | cut -f1)"
     fi
     "${PIP[@]}" --force-reinstall "${built[0]}"
     mmcv_ok "$version" || die "mmcv $version installed but its CUDA ops" \
         "do not load"
 fi
-if [[ -n $EXPORT ]]; then
-    whl=("$BUILD"/dist/mmcv-"$version"-*.whl)
-    if ((${#whl[@]})); then
-        mkdir -p "$EXPORT"
-        split -b 15M -d "${whl[0]}" "$EXPORT/$(basename "${whl[0]}").part-"
-        cp "$BUILD/dist/BUILD_INFO" "$EXPORT/"
-        say "mmcv wheel ($(du -h "${whl[0]}" | cut -f1)) split into $EXPORT;" \
-            "put the parts and BUILD_INFO in $WHL/built/ to reuse them"
-    else
-        say "nothing to export: mmcv was not built in $BUILD"
-    fi
-fi
+[[ -z $EXPORT ]] || export_wheel
 
 # 3. mmlape and a check ----------------------------------------------------
 "${PIP[@]}" --no-build-isolation -e .
