@@ -414,7 +414,9 @@ def test_bench_tiny_cpu_prints_every_section(tmp_path, capsys):
     compiled = [r for r in rows if r[0] == 'compile']
     assert len(compiled) == 3
     for r in compiled:
-        assert re.search(r'train: \d+ break\(s\).*eval: \d+ break\(s\)', r[-1])
+        assert re.search(
+            r'train: \d+ break\(s\).*eval: \d+ break\(s\).*'
+            r'eval, cached plan: \d+ break\(s\)', r[-1])
     for family in ('Mask R-CNN', 'UperNet'):
         joins = [r[2] for r in rows if r[0] == 'adapter' and family in r[1]]
         assert joins == ['Default', 'LaPE', 'MPVG (PVG join)']
