@@ -1105,7 +1105,7 @@ def section_dist(bench: Bench) -> None:
     root = bench.args.work_root or tempfile.mkdtemp(prefix='bench_gpu_')
     iters = 2 if bench.tiny else bench.args.dist_iters
     amp = bench.device.type == 'cuda'
-    for i, family in enumerate(bench.args.dist_families):
+    for family in bench.args.dist_families:
         spec = DIST_FAMILIES[family]
         case = f'{family}: {osp.basename(spec["config"])}'
         work = osp.join(root, family)
@@ -1124,7 +1124,7 @@ def section_dist(bench: Bench) -> None:
             env = dict(
                 os.environ,
                 PYTHON=sys.executable,
-                PORT=str(29500 + 10 * i),
+                PORT=str(_free_port()),
                 PYTHONUNBUFFERED='1')
             if bench.args.threads:
                 env['OMP_NUM_THREADS'] = str(bench.args.threads)
@@ -1164,6 +1164,14 @@ def section_dist(bench: Bench) -> None:
                 f'logs in {work}')
         except Exception as err:  # noqa: BLE001 -- reported in the row
             bench.failed('dist', case, 'LaPE', err)
+
+
+def _free_port() -> int:
+    """A TCP port that is free now (for torchrun's rendezvous)."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
 
 
 def _run(cmd: List[str], env: Dict, log: str) -> None:
