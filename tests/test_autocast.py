@@ -186,3 +186,24 @@ def test_adapter_forward_reads_nothing_on_the_host():
     with HostReads() as mode:
         model(torch.randn(1, 3, 64, 64))
     assert mode.found == []
+
+
+@pytest.mark.parametrize('join', ['Default', 'LaPE', 'MPVG'])
+def test_eval_plan_cache_does_not_break_compiled_graphs(join):
+    """A second eval call (the cached plan) compiles into one graph."""
+    import torch._dynamo as dynamo
+    cls_token = join in ('Default', 'LaPE')
+    model = LaPEViT(
+        arch=dict(
+            embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64),
+        img_size=32,
+        patch_size=8,
+        pe_join=dict(type=join),
+        with_cls_token=cls_token,
+        out_type='cls_token' if cls_token else 'avg_featmap').eval()
+    img = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        model(img)  # fills the plan cache
+        dynamo.reset()
+        explained = dynamo.explain(model)(img)
+    assert explained.graph_break_count == 0, explained.break_reasons

@@ -380,12 +380,15 @@ class LaPEViT(BaseModule):
         ``plan_cache_size`` most recent grids, for test sets of many image
         sizes) and recomputed only when a PE weight changes (in-place
         updates bump a tensor's version; replacing it changes its storage)
-        or after :meth:`train`.
+        or after :meth:`train`. Under ``torch.compile`` the cache is
+        bypassed: its pointer comparison would break the graph, and a
+        compiled graph computes the plan as part of itself.
         """
         hw = tuple(hw)
         use_cache = (
             self.cache_pe_plan and not self.training
-            and not torch.is_grad_enabled())
+            and not torch.is_grad_enabled()
+            and not torch.compiler.is_compiling())
         if use_cache:
             weights = tuple(
                 (t.data_ptr(), t._version) for t in self._pe_tensors())
