@@ -15,10 +15,12 @@ shadowed by a host's own classes.
 """
 from typing import Callable, Optional, Type
 
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
-__all__ = ['MODELS', 'PE_JOINS', 'register_model']
+__all__ = ['HOOKS', 'MODELS', 'PE_JOINS', 'TRANSFORMS', 'register_model']
 
 #: Models of the ``mmlape`` scope (a child of mmengine's root registry).
 MODELS = Registry(
@@ -26,6 +28,21 @@ MODELS = Registry(
     parent=MMENGINE_MODELS,
     scope='mmlape',
     locations=['mmlape.models'])
+
+#: Hooks of the ``mmlape`` scope; ``AtomicCheckpointHook`` is also in
+#: mmengine's root registry, so every host scope finds it by name.
+HOOKS = Registry(
+    'hook',
+    parent=MMENGINE_HOOKS,
+    scope='mmlape',
+    locations=['mmlape.engine.hooks'])
+
+#: Data transforms of the ``mmlape`` scope (``type='mmlape.<name>'``).
+TRANSFORMS = Registry(
+    'transform',
+    parent=MMENGINE_TRANSFORMS,
+    scope='mmlape',
+    locations=['mmlape.datasets.transforms'])
 
 #: Position-embedding joins (``pe_join=dict(type=...)``). Kept apart from
 #: ``MODELS``: a join is a part of a backbone, never a model on its own.

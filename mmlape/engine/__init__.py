@@ -1,3 +1,4 @@
+from .hooks import AtomicCheckpointHook
 from .optim import LaPELayerDecayOptimWrapperConstructor
 
-__all__ = ['LaPELayerDecayOptimWrapperConstructor']
+__all__ = ['AtomicCheckpointHook', 'LaPELayerDecayOptimWrapperConstructor']
