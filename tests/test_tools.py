@@ -66,6 +66,7 @@ def test_generated_set_is_deterministic_and_in_imagenet_layout(tmp_path):
         (b / 'train/top_left/00000.png').read_bytes()
 
 
+@pytest.mark.slow
 def test_dist_train_two_cpu_processes_then_resume(data, tmp_path):
     full, resumed = str(tmp_path / 'full'), str(tmp_path / 'resumed')
     env = dict(os.environ, PORT='29611', OMP_NUM_THREADS='1')
@@ -109,6 +110,7 @@ def test_dist_train_two_cpu_processes_then_resume(data, tmp_path):
             torch.testing.assert_close(state_b[idx][name], state_a[idx][name])
 
 
+@pytest.mark.slow
 def test_train_then_test_single_process(data, tmp_path):
     work = str(tmp_path / 'single')
     run([sys.executable, 'tools/train.py', DEMO, '--work-dir', work] +
@@ -131,6 +133,7 @@ def test_train_then_test_single_process(data, tmp_path):
     assert 'accuracy/top1' in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ['config', 'data', 'join', 'resume', 'amp'])
 def test_bad_input_is_one_clear_error(case, data, tmp_path):
     args = [
@@ -164,6 +167,7 @@ def test_bad_input_is_one_clear_error(case, data, tmp_path):
         assert osp.isfile(tmp_path / 'other.pth')  # nothing saved is lost
 
 
+@pytest.mark.slow
 def test_demo_quick(tmp_path):
     work = str(tmp_path / 'demo')
     out = run([

@@ -37,7 +37,9 @@ class ToolParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line and exit status 2."""
 
     def error(self, message: str):
-        self.exit(2, f'error: {message} (see {self.prog} --help)\n')
+        message = f'{message} (see {self.prog} --help)'
+        _report(message, 'input')
+        self.exit(2, f'error: {message}\n')
 
 
 def positive_int(text: str) -> int:

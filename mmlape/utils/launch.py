@@ -499,6 +499,23 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
+def _vit_arch(cls: Optional[type], arch: Any) -> Any:
+    """The ViT's own arch (dims, layers, heads, FFN) that ``arch`` names;
+    ViT-Adapter's presets name one, next to options of the adapter."""
+    if cls is None:
+        return arch
+    if isinstance(arch, str):
+        preset = getattr(cls, 'adapter_zoo', {}).get(arch)
+        arch = preset['arch'] if isinstance(preset, dict) else arch
+    if isinstance(arch, str):
+        return dict(getattr(cls, 'arch_zoo', {}).get(arch, {'name': arch}))
+    if isinstance(arch, dict):
+        keys = ('embed_dims', 'num_layers', 'num_heads',
+                'feedforward_channels')
+        return {k: arch[k] for k in keys if k in arch}
+    return arch
+
+
 def _describe_backbone(backbone: dict) -> Dict[str, Tuple[Any, Any]]:
     """``field -> (value to show, value to compare)`` with defaults filled
     in from the backbone class."""
@@ -516,8 +533,8 @@ def _describe_backbone(backbone: dict) -> Dict[str, Tuple[Any, Any]]:
         if value is _MISSING:
             continue
         compare = value
-        if field == 'arch' and isinstance(value, str) and cls is not None:
-            compare = getattr(cls, 'arch_zoo', {}).get(value.lower(), value)
+        if field == 'arch':
+            compare = _vit_arch(cls, value)
         elif field == 'img_size':
             if isinstance(value, int):
                 compare = (value, value)
@@ -525,8 +542,6 @@ def _describe_backbone(backbone: dict) -> Dict[str, Tuple[Any, Any]]:
                 compare = tuple(value)
         elif field == 'pe_join':
             compare = value = _join_cfg(value)
-        if isinstance(compare, dict) and field == 'arch':
-            compare = dict(compare)
         out[field] = (value, compare)
     return out
 

@@ -18,6 +18,7 @@ naming the file and the reason, before torch reads it.
 import os.path as osp
 import pickle
 import re
+import struct
 import zipfile
 from typing import Any, Callable, List, Optional
 
@@ -196,8 +197,9 @@ def safe_torch_load(filename: str,
             f'({", ".join(offending)}). mmlape never unpickles arbitrary '
             f'objects; if you trust the file, convert it to a plain state '
             f'dict of tensors first.') from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
-        # Raised by torch's readers on a damaged archive or a cut pickle.
+    except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError,
+            struct.error) as err:
+        # What torch's readers raise on a damaged archive or a cut pickle.
         reason = str(err).strip().splitlines()[0] if str(err).strip() \
             else type(err).__name__
         raise CheckpointError(f'checkpoint "{filename}" cannot be read: it '
