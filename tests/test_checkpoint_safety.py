@@ -413,3 +413,32 @@ def test_backbone_differences_fill_in_defaults():
     for a, b in same:
         assert backbone_differences(
             dict(type='LaPEViT', **a), dict(type='mmlape.LaPEViT', **b)) == []
+
+
+def test_init_cfg_from_another_join_is_a_note(tmp_path, monkeypatch):
+    from mmlape.analysis import build_from_config
+    from mmlape.utils import launch
+    mpvg = osp.join(ROOT, 'configs/demo/deit-demo-mpvg_pos-shapes.py')
+    model, cfg = build_from_config(mpvg)
+    ckpt = str(tmp_path / 'mpvg.pth')
+    torch.save(
+        {
+            'state_dict': model.state_dict(),
+            'meta': dict(cfg=cfg.pretty_text)
+        }, ckpt)
+    notes = []
+    monkeypatch.setattr(launch, 'print_log',
+                        lambda msg, **kwargs: notes.append(msg))
+    cfg.model.backbone.pe_join = dict(type='PVG')
+    cfg.model.backbone.init_cfg = dict(
+        type='Pretrained', checkpoint=ckpt, prefix='backbone.')
+    launch.note_finetune_sources(cfg)
+    assert len(notes) == 1
+    assert notes[0].startswith(f'model.backbone.init_cfg: "{ckpt}" was saved '
+                               f'from another backbone (pe_join ')
+    assert "dict(type='MPVG'" in notes[0] and "dict(type='PVG'" in notes[0]
+    # The same join: nothing to note.
+    notes.clear()
+    cfg.model.backbone.pe_join = dict(type='MPVG')
+    launch.note_finetune_sources(cfg)
+    assert notes == []
