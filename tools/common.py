@@ -10,6 +10,7 @@ import logging
 import os
 import os.path as osp
 import sys
+import time
 import warnings
 
 # mmengine imports pkg_resources; its deprecation notice is not for users.
@@ -72,14 +73,15 @@ class CfgOptionsAction(DictAction):
 
 
 def _report(message: str, kind: str) -> None:
-    """Leave this rank's outcome where ``tools/dist_*.sh`` looks for it."""
+    """Leave this rank's outcome where ``tools/dist_launch.sh`` looks for
+    it: ``rank{RANK}.{kind}`` holding the time (ns) and the message."""
     folder = os.environ.get('MMLAPE_ERROR_DIR')
     if not folder:
         return
     rank = os.environ.get('RANK', '0')
     try:
         with open(osp.join(folder, f'rank{rank}.{kind}'), 'w') as f:
-            f.write(message + '\n')
+            f.write(f'{time.time_ns()} {message}\n')
     except OSError:
         pass
 

@@ -3,10 +3,12 @@
 # (tools/dist_train.sh and tools/dist_test.sh call it). Multi-node: NNODES,
 # NODE_RANK, MASTER_ADDR and PORT as in OpenMMLab; GPUS processes per node.
 #
-# Each rank that stops on wrong input writes its one-line error to
-# $MMLAPE_ERROR_DIR (tools/common.py). When the ranks stopped on input only,
-# the run ends with the first rank's line and exit status 2, after
-# torchrun's own report; otherwise with torchrun's status.
+# Each rank that stops on wrong input leaves its one-line error in
+# $MMLAPE_ERROR_DIR, and a rank that stops on another error says so
+# (tools/common.py). When the first rank to fail failed on input (the others
+# then fail as a consequence, or are stopped by torchrun), the run ends with
+# the first rank's input error and exit status 2, after torchrun's own
+# report; otherwise with torchrun's status.
 set -uo pipefail
 SCRIPT=$1
 shift
@@ -40,12 +42,18 @@ done
 
 if [ "$STATUS" -ne 0 ]; then
     shopt -s nullglob
-    INPUT=("$ERROR_DIR"/rank*.input)
-    BUGS=("$ERROR_DIR"/rank*.bug)
-    if [ "${#INPUT[@]}" -gt 0 ] && [ "${#BUGS[@]}" -eq 0 ]; then
-        FIRST=$(printf '%s\n' "${INPUT[@]}" | sort -V | head -n 1)
-        echo "error: $(head -n 1 "$FIRST")" >&2
-        exit 2
+    REPORTS=("$ERROR_DIR"/rank*.input "$ERROR_DIR"/rank*.bug)
+    if [ "${#REPORTS[@]}" -gt 0 ]; then
+        # Each report starts with the time it was written (ns).
+        EARLIEST=$(for f in "${REPORTS[@]}"; do
+            echo "$(cut -d' ' -f1 "$f" | head -n 1) $f"
+        done | sort -n | head -n 1 | cut -d' ' -f2-)
+        if [[ "$EARLIEST" == *.input ]]; then
+            INPUT=("$ERROR_DIR"/rank*.input)
+            FIRST=$(printf '%s\n' "${INPUT[@]}" | sort -V | head -n 1)
+            echo "error: $(head -n 1 "$FIRST" | cut -d' ' -f2-)" >&2
+            exit 2
+        fi
     fi
 fi
 exit "$STATUS"
