@@ -63,8 +63,10 @@ def build_cfg(args):
     if args.resume == 'auto':
         from mmlape.utils.launch import find_resume_checkpoint
         found = find_resume_checkpoint(cfg)
-        # Without a checkpoint the run starts from the beginning.
-        cfg.resume, cfg.load_from = found is not None, found
+        if found is not None:
+            cfg.resume, cfg.load_from = True, found
+        else:  # nothing saved yet: the run starts as a fresh one would
+            cfg.resume = False
     elif args.resume is not None:
         cfg.resume, cfg.load_from = True, args.resume
     return cfg

@@ -364,6 +364,10 @@ def find_resume_checkpoint(cfg: Config) -> Optional[str]:
             logger='current',
             level=30)
     if named is None:
+        print_log(
+            f'--resume: no checkpoint in "{folder}" yet; the run starts '
+            f'from the beginning',
+            logger='current')
         return None
     if is_complete_checkpoint(named):
         return named
