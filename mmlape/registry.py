@@ -29,7 +29,10 @@ import mmengine.registry as mmengine_registry
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import DefaultScope, Registry
 
-__all__ = ['MODELS', 'PE_JOINS', 'register_model', 'host_scope']
+__all__ = [
+    'HOOKS', 'MODELS', 'PE_JOINS', 'TRANSFORMS', 'register_model',
+    'host_scope'
+]
 
 SCOPE = 'mmlape'
 
@@ -80,13 +83,28 @@ MODELS = _ScopeRegistry(
 #: The ``mmlape`` child of every other mmengine root registry (datasets,
 #: transforms, metrics, schedulers, ...): empty, they resolve names in the
 #: host scope, so that configs inheriting ``mmlape::`` bases build.
+#: Where the registries that hold mmlape's own classes find them.
+_LOCATIONS = {
+    'hook': ['mmlape.engine.hooks'],
+    'transform': ['mmlape.datasets.transforms'],
+}
 SCOPE_REGISTRIES = {'model': MODELS}
 for _name in mmengine_registry.__all__:
     _root = getattr(mmengine_registry, _name)
     if (isinstance(_root, Registry) and _root.parent is None
             and _root is not MMENGINE_MODELS):
         SCOPE_REGISTRIES[_root.name] = _ScopeRegistry(
-            _root.name, parent=_root, scope=SCOPE)
+            _root.name,
+            parent=_root,
+            scope=SCOPE,
+            locations=_LOCATIONS.get(_root.name, []))
+
+#: Hooks of the ``mmlape`` scope; ``AtomicCheckpointHook`` is also in
+#: mmengine's root registry, so every host scope finds it by name.
+HOOKS = SCOPE_REGISTRIES['hook']
+
+#: Data transforms of the ``mmlape`` scope (``type='mmlape.<name>'``).
+TRANSFORMS = SCOPE_REGISTRIES['transform']
 
 #: Position-embedding joins (``pe_join=dict(type=...)``). Kept apart from
 #: ``MODELS``: a join is a part of a backbone, never a model on its own.

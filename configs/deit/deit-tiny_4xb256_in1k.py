@@ -58,3 +58,5 @@ param_scheduler = [
 
 train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
 auto_scale_lr = dict(base_batch_size=1024)
+
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -29,3 +29,5 @@ model = dict(
         interpolate_mode='bicubic',
         init_cfg=dict(
             type='Pretrained', checkpoint=pretrained, prefix='backbone.')))
+
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

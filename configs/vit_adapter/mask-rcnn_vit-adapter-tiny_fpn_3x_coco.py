@@ -102,5 +102,6 @@ param_scheduler = [
         milestones=[27, 33],
         gamma=0.1)
 ]
-default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3))
+default_hooks = dict(
+    checkpoint=dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=3))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

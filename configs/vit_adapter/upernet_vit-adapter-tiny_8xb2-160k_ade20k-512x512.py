@@ -75,5 +75,9 @@ param_scheduler = [
 ]
 default_hooks = dict(
     checkpoint=dict(
-        by_epoch=False, interval=16000, max_keep_ckpts=1, save_best='mIoU'))
+        type='AtomicCheckpointHook',
+        by_epoch=False,
+        interval=16000,
+        max_keep_ckpts=1,
+        save_best='mIoU'))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -8,11 +8,12 @@ class from here.
 """
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
+from .hooks import AtomicCheckpointHook
 from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
 
 __all__ = [
-    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
-    'deit_epoch_lr'
+    'AtomicCheckpointHook', 'LaPELayerDecayOptimWrapperConstructor',
+    'LaPEDeiTCosineLR', 'deit_epoch_lr'
 ]
 
 

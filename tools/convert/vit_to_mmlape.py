@@ -21,7 +21,8 @@ import sys
 import torch
 
 from mmlape.utils import safe_torch_load
-from mmlape.utils.checkpoint import FORMATS, convert_checkpoint
+from mmlape.utils.checkpoint import (FORMATS, convert_checkpoint,
+                                     unwrap_state_dict)
 
 
 def parse_args(argv=None):
@@ -45,6 +46,17 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def dropped_classifier(src, converted) -> list:
+    """The source's classifier keys (``head.*``, ``head_dist.*``) of which
+    nothing reached the converted checkpoint."""
+    keys = [
+        k for k in unwrap_state_dict(src)
+        if k.startswith(('head.', 'head_dist.'))
+    ]
+    kept = [k for k in converted['state_dict'] if k.startswith('head.')]
+    return [] if kept else keys
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not osp.isfile(args.src):
@@ -57,11 +69,23 @@ def main(argv=None) -> int:
             file=sys.stderr)
         return 2
     try:
-        ckpt = convert_checkpoint(
-            safe_torch_load(args.src, 'cpu'), fmt=args.format, head=args.head)
-    except ValueError as err:
+        src = safe_torch_load(args.src, 'cpu')
+        ckpt = convert_checkpoint(src, fmt=args.format, head=args.head)
+    except ValueError as err:  # CheckpointError is one too
         print(f'error: {err}', file=sys.stderr)
         return 2
+    dropped = dropped_classifier(src, ckpt)
+    if dropped and args.head != 'none':
+        print(
+            f'error: the classifier of "{args.src}" ({", ".join(dropped)}) '
+            f'would be dropped: as --format {ckpt["meta"]["converted_from"]}'
+            f' it has no head the converter knows (timm names it '
+            f'"head.weight"). Pass the format it has, or --head none to '
+            f'drop it on purpose',
+            file=sys.stderr)
+        return 2
+    if dropped:
+        print(f'dropped the classifier ({", ".join(dropped)}): --head none')
     tmp = args.dst + '.tmp'
     torch.save(ckpt, tmp)
     os.replace(tmp, args.dst)  # never leave a half-written dst
