@@ -30,8 +30,7 @@ from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import DefaultScope, Registry
 
 __all__ = [
-    'HOOKS', 'MODELS', 'PE_JOINS', 'TRANSFORMS', 'register_model',
-    'host_scope'
+    'HOOKS', 'MODELS', 'PE_JOINS', 'TRANSFORMS', 'register_model', 'host_scope'
 ]
 
 SCOPE = 'mmlape'

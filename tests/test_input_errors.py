@@ -208,12 +208,14 @@ def test_unreadable_data_names_the_file(broken_data, data, tmp_path, capsys):
                     f'file, or not an image)')
 
 
-@pytest.mark.parametrize('work_dir, expect', [
-    ('{file}/work', 'cannot be created: "{file}" is a file'),
-    # sysfs: no one may create or write files there, root included.
-    ('/sys/fs/mmlape-work', 'cannot be created: '),
-    ('/sys/fs', 'cannot be written: '),
-])
+@pytest.mark.parametrize(
+    'work_dir, expect',
+    [
+        ('{file}/work', 'cannot be created: "{file}" is a file'),
+        # sysfs: no one may create or write files there, root included.
+        ('/sys/fs/mmlape-work', 'cannot be created: '),
+        ('/sys/fs', 'cannot be written: '),
+    ])
 def test_unwritable_work_dir(work_dir, expect, data, tmp_path, capsys):
     if not osp.isdir('/sys/fs') and work_dir.startswith('/sys'):
         pytest.skip('needs Linux sysfs (a folder no one can write)')
