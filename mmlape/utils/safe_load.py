@@ -15,6 +15,7 @@ globals. A file that is not a checkpoint at all (empty, truncated, random
 bytes, damaged) is refused with :class:`~mmlape.utils.errors.CheckpointError`
 naming the file and the reason, before torch reads it.
 """
+import argparse
 import os.path as osp
 import pickle
 import re
@@ -81,14 +82,18 @@ def openmmlab_safe_globals() -> List[Any]:
     ``getattr`` limited to its statistics methods, the numpy array, dtype
     and scalar reconstructors it needs, and nothing else: optimizer and
     scheduler states, ``meta`` and model weights are tensors and plain
-    containers, which ``weights_only`` already accepts.
+    containers, which ``weights_only`` already accepts. Also
+    ``argparse.Namespace``: the official DeiT/LaPE ``main.py`` stores its
+    command line under ``args``; restoring one only sets attributes.
 
     Returns:
         list: Entries for ``torch.serialization.add_safe_globals``.
     """
     from mmengine.logging.history_buffer import HistoryBuffer
-    return [HistoryBuffer,
-            (history_buffer_method, 'builtins.getattr')] + _numpy_globals()
+    return [
+        argparse.Namespace, HistoryBuffer,
+        (history_buffer_method, 'builtins.getattr')
+    ] + _numpy_globals()
 
 
 def _unsafe_globals(filename: str) -> List[str]:
