@@ -369,13 +369,28 @@ def test_pe_similarity_refuses_a_grid_that_is_not_positive(capsys):
 def test_converter_timm_format_does_not_drop_the_classifier(
         default_ckpt, tmp_path, capsys):
     dst = str(tmp_path / 'out.pth')
-    # An mmlape checkpoint read as timm: its head has no timm name.
-    assert vit_to_mmlape.main([default_ckpt, dst, '--format', 'timm']) == 2
+    # An mmlape checkpoint read as timm keeps its (prefixed) classifier.
+    assert vit_to_mmlape.main([default_ckpt, dst, '--format', 'timm']) == 0
+    capsys.readouterr()
+    src = safe_torch_load(default_ckpt)['state_dict']
+    out = safe_torch_load(dst)['state_dict']
+    assert torch.equal(out['head.layers.head.weight'],
+                       src['head.layers.head.weight'])
+    # A bare file whose classifier has no timm name: refused, not dropped.
+    bare = {
+        k[len('backbone.'):]: v
+        for k, v in src.items() if k.startswith('backbone.')
+    }
+    bare['head.fc.weight'] = src['head.layers.head.weight']
+    bare_path = str(tmp_path / 'bare.pth')
+    torch.save({'model': bare}, bare_path)
+    dst = str(tmp_path / 'bare_out.pth')
+    assert vit_to_mmlape.main([bare_path, dst, '--format', 'timm']) == 2
     err = capsys.readouterr().err
-    assert 'head.layers.head.weight' in err and 'would be dropped' in err
+    assert 'head.fc.weight' in err and 'would be dropped' in err
     assert not osp.exists(dst)
     assert vit_to_mmlape.main(
-        [default_ckpt, dst, '--format', 'timm', '--head', 'none']) == 0
+        [bare_path, dst, '--format', 'timm', '--head', 'none']) == 0
     assert 'dropped the classifier' in capsys.readouterr().out
     state = safe_torch_load(dst)['state_dict']
     assert not [k for k in state if k.startswith('head.')]
