@@ -18,7 +18,9 @@ from typing import Callable, Optional, Type
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import Registry
 
-__all__ = ['MODELS', 'PE_JOINS', 'register_model']
+__all__ = [
+    'MODELS', 'PE_JOINS', 'TOKENIZERS', 'FFNS', 'POOLINGS', 'register_model'
+]
 
 #: Models of the ``mmlape`` scope (a child of mmengine's root registry).
 MODELS = Registry(
@@ -31,6 +33,16 @@ MODELS = Registry(
 #: ``MODELS``: a join is a part of a backbone, never a model on its own.
 PE_JOINS = Registry(
     'pe join', scope='mmlape', locations=['mmlape.models.layers.pe_join'])
+
+#: Parts of the one ViT, chosen by config like the joins: how an image
+#: becomes tokens (``tokenizer=dict(type='T2T')``), the feed-forward network
+#: of every block (``ffn=dict(type='LeFF')``) and how the tokens become one
+#: vector (``pooling=dict(type='SeqPool')``).
+TOKENIZERS = Registry(
+    'tokenizer', scope='mmlape', locations=['mmlape.models.layers.tokenizers'])
+FFNS = Registry('ffn', scope='mmlape', locations=['mmlape.models.layers.ffn'])
+POOLINGS = Registry(
+    'pooling', scope='mmlape', locations=['mmlape.models.layers.pooling'])
 
 
 def register_model(name: Optional[str] = None,
