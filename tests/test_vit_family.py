@@ -4,7 +4,9 @@ reference forwards written from the papers' equations on official-layout
 weights."""
 import argparse
 import math
+import os
 import os.path as osp
+import sys
 
 import pytest
 import torch
@@ -19,6 +21,9 @@ from mmlape.utils.convert import (convert_vit_family,
                                   detect_vit_family_format)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tools.convert import vit_family_to_mmlape  # noqa: E402
+
 GAP = dict(with_cls_token=False, out_type='avg_featmap')
 ARCHS = {
     't2t': 't2t-vit-7',
@@ -374,10 +379,9 @@ def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
         ckpt = sd
     path = str(tmp_path / 'official.pth')
     torch.save(ckpt, path)
-    with torch.serialization.safe_globals([argparse.Namespace]):
-        loaded = torch.load(path, map_location='cpu', weights_only=True)
-    out = convert_vit_family_checkpoint(loaded)
-    state = out['state_dict']
+    dst = str(tmp_path / 'mmlape.pth')
+    assert vit_family_to_mmlape.main([path, dst]) == 0
+    state = torch.load(dst, weights_only=True)['state_dict']
     backbone = {
         k[len('backbone.'):]: v
         for k, v in state.items() if k.startswith('backbone.')
@@ -387,9 +391,11 @@ def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
     assert state['head.layers.head.weight'].shape == (classes, c)
     if family == 't2t':  # the EMA weights, as T2T-ViT reports them
         torch.testing.assert_close(model.cls_token, sd['cls_token'] + 1)
-        plain = convert_vit_family_checkpoint(loaded, use_ema=False)
-        torch.testing.assert_close(plain['state_dict']['backbone.cls_token'],
-                                   sd['cls_token'])
+        plain = str(tmp_path / 'plain.pth')
+        assert vit_family_to_mmlape.main([path, plain, '--no-ema']) == 0
+        torch.testing.assert_close(
+            torch.load(plain)['state_dict']['backbone.cls_token'],
+            sd['cls_token'])
     official = sum(v.numel() for k, v in sd.items()
                    if 'running_' not in k and 'num_batches' not in k)
     ours = (
@@ -398,6 +404,17 @@ def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
         sum(b.numel() for n, b in model.named_buffers() if 'running_' in n) +
         classes * c + classes)
     assert ours == official  # same tensors, no more, no less
+
+
+def test_converter_tool_refuses_unsafe_and_missing_files(tmp_path, capsys):
+    bad = str(tmp_path / 'bad.pth')
+    torch.save({'state_dict': t2t_layout(), 'fn': os.getcwd}, bad)
+    dst = str(tmp_path / 'out.pth')
+    assert vit_family_to_mmlape.main([bad, dst]) == 2
+    assert 'Refusing to load checkpoint' in capsys.readouterr().err
+    assert vit_family_to_mmlape.main([str(tmp_path / 'no.pth'), dst]) == 2
+    assert 'does not exist' in capsys.readouterr().err
+    assert not osp.exists(dst)
 
 
 def test_t2t_converter_refuses_a_pe_that_is_not_the_sinusoid():

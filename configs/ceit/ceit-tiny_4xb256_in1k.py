@@ -23,5 +23,20 @@ model = dict(
 
 optim_wrapper = dict(clip_grad=None)
 
+param_scheduler = [
+    dict(
+        type='LinearLR',
+        start_factor=1e-3,
+        by_epoch=True,
+        end=5,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-5,
+        by_epoch=True,
+        begin=5,
+        end=300)
+]
+
 train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
 default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
