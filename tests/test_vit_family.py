@@ -41,10 +41,15 @@ def n_params(model):
 
 @pytest.fixture
 def no_init(monkeypatch):
-    """Skip random initialisation where only sizes matter (truncated
-    normal sampling of 4M values costs seconds on a small CPU)."""
+    """Plain normal sampling where only sizes matter (truncated normal
+    sampling of 4M values costs seconds on a small CPU)."""
+
+    def fast(t, *args, **kwargs):
+        with torch.no_grad():
+            return t.normal_(0, 0.02)
+
     for name in ('trunc_normal_', 'kaiming_normal_', 'orthogonal_'):
-        monkeypatch.setattr(torch.nn.init, name, lambda t, *a, **k: t)
+        monkeypatch.setattr(torch.nn.init, name, fast)
 
 
 def join_kwargs(family, join):
@@ -554,3 +559,24 @@ def test_norm2_in_residual_is_the_compact_transformers_layer():
         a = blk.norm2(a)
         want = a + blk.mlp.fc2(nn.functional.gelu(blk.mlp.fc1(a)))
         torch.testing.assert_close(blk(x), want)
+
+
+def test_complexity_covers_the_family(capsys, no_init):
+    from tools.analysis import complexity
+    assert {'t2t-vit-7', 'ceit-tiny', 'vit-lite-7/4',
+            'cct-7/3x1'} <= set(complexity.DEFAULT_ARCHS)
+    assert complexity.main(['--archs', 'vit-lite-7/4', 'cct-7/3x1']) == 0
+    rows = [
+        ln.split('|')[1:-1] for ln in capsys.readouterr().out.splitlines()
+        if ln.startswith(('| vit-lite', '| cct'))
+    ]
+    diff = {
+        (r[0].strip(), r[1].strip()): int(r[5].replace(',', ''))
+        for r in rows
+    }
+    C, L = 256, 7
+    assert diff[('cct-7/3x1', 'LaPE')] == 2 * C * L
+    assert diff[('cct-7/3x1', 'MPVG')] == 2 * C * L  # no class token
+    assert diff[('vit-lite-7/4', 'PVG')] == -2 * C + 2 * C * (L - 1)
+    assert diff[('vit-lite-7/4', 'Unshare')] == (L - 1) * 65 * C
+    assert all(float(r[4]) > 0 for r in rows)  # GFLOPs
