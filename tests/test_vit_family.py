@@ -580,3 +580,24 @@ def test_complexity_covers_the_family(capsys, no_init):
     assert diff[('vit-lite-7/4', 'PVG')] == -2 * C + 2 * C * (L - 1)
     assert diff[('vit-lite-7/4', 'Unshare')] == (L - 1) * 65 * C
     assert all(float(r[4]) > 0 for r in rows)  # GFLOPs
+
+
+def test_received_pe_of_the_fixed_sinusoid():
+    """T2T-ViT: with LaPE a layer receives the normalised sinusoid
+    (``LN'_l`` of the stream); with the default join the sinusoid through
+    ``norm1``'s affine, as for any PE in the residual stream."""
+    from mmlape.analysis import received_pes
+    lape = tiny('t2t', 'lape').eval()
+    with torch.no_grad():
+        for blk in lape.blocks:
+            blk.pe_norm.weight.add_(torch.randn_like(blk.pe_norm.weight))
+        pes = received_pes(lape)
+        raw = sinusoid(17, 64)[0]
+        first = lape.blocks[0].pe_norm(raw)
+        torch.testing.assert_close(pes[0], first)
+        torch.testing.assert_close(pes[1], lape.blocks[1].pe_norm(first))
+        default = tiny('t2t').eval()
+        norm1 = default.blocks[1].norm1
+        norm1.weight.add_(1)
+        torch.testing.assert_close(
+            received_pes(default)[1], raw * norm1.weight + norm1.bias)
