@@ -17,10 +17,6 @@ def join_of(path):
     name = osp.basename(path)
     for suffix, join in JOINS.items():
         if f'-{suffix}_' in name:
-            # ViT-Adapter has no final ViT norm: MPVG runs as its layer-wise
-            # (PVG) join there, with MPVG-pretrained weights.
-            if join == 'MPVG' and '/vit_adapter/' in path:
-                return 'PVG'
             return join
     return 'Default'
 
@@ -56,6 +52,8 @@ def test_config_builds(path):
     backbone = model.backbone
     assert type(backbone).__name__.startswith('LaPEViT')
     assert backbone.pe_join.name == join_of(path)
+    if '/vit_adapter/' in path:  # MPVG's last-norm term, reading (b)
+        assert backbone.final_norm == (join_of(path) == 'MPVG')
     assert 'mmlape' in cfg.custom_imports['imports']
     init = cfg.model.backbone.get('init_cfg')
     if init:  # fine-tuned from the ImageNet checkpoint of the same join
