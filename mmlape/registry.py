@@ -30,7 +30,8 @@ from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import DefaultScope, Registry
 
 __all__ = [
-    'HOOKS', 'MODELS', 'PE_JOINS', 'TRANSFORMS', 'register_model', 'host_scope'
+    'FFNS', 'HOOKS', 'MODELS', 'PE_JOINS', 'POOLINGS', 'TOKENIZERS',
+    'TRANSFORMS', 'register_model', 'host_scope'
 ]
 
 SCOPE = 'mmlape'
@@ -82,7 +83,7 @@ MODELS = _ScopeRegistry(
 #: The ``mmlape`` child of every other mmengine root registry (datasets,
 #: transforms, metrics, schedulers, ...): empty, they resolve names in the
 #: host scope, so that configs inheriting ``mmlape::`` bases build.
-#: Where the registries that hold mmlape's own classes find them.
+#: ``_LOCATIONS``: where the registries holding mmlape's classes find them.
 _LOCATIONS = {
     'hook': ['mmlape.engine.hooks'],
     'transform': ['mmlape.datasets.transforms'],
@@ -109,6 +110,16 @@ TRANSFORMS = SCOPE_REGISTRIES['transform']
 #: ``MODELS``: a join is a part of a backbone, never a model on its own.
 PE_JOINS = Registry(
     'pe join', scope=SCOPE, locations=['mmlape.models.layers.pe_join'])
+
+#: Parts of the one ViT, chosen by config like the joins: how an image
+#: becomes tokens (``tokenizer=dict(type='T2T')``), the feed-forward network
+#: of every block (``ffn=dict(type='LeFF')``) and how the tokens become one
+#: vector (``pooling=dict(type='SeqPool')``).
+TOKENIZERS = Registry(
+    'tokenizer', scope='mmlape', locations=['mmlape.models.layers.tokenizers'])
+FFNS = Registry('ffn', scope='mmlape', locations=['mmlape.models.layers.ffn'])
+POOLINGS = Registry(
+    'pooling', scope='mmlape', locations=['mmlape.models.layers.pooling'])
 
 
 def register_model(name: Optional[str] = None,

@@ -61,7 +61,8 @@ def test_config_builds(path):
         suffix = suffix_of(path)
         ckpt = osp.basename(init['checkpoint'])
         want = f'-{suffix}_in1k' if suffix else '_in1k'
-        assert want in ckpt and (suffix or ckpt.count('-') == 1), ckpt
+        others = [f'-{s}_in1k' for s in JOINS if s != suffix]
+        assert want in ckpt and not any(o in ckpt for o in others), ckpt
 
 
 def test_dense_configs_exist():

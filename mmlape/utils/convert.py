@@ -5,12 +5,16 @@ References:
     conversion and fit checks; this module re-exports its conversion API so
     that ``from mmlape.utils.convert import ...`` keeps working.
 """
-from .checkpoint import (FORMATS, convert_backbone, convert_checkpoint,
-                         convert_mmpretrain_vit, convert_mmseg_vit,
-                         convert_timm_vit, detect_format, unwrap_state_dict)
+from .checkpoint import (FAMILY_FORMATS, FORMATS, convert_backbone,
+                         convert_checkpoint, convert_mmpretrain_vit,
+                         convert_mmseg_vit, convert_timm_vit,
+                         convert_vit_family, convert_vit_family_checkpoint,
+                         detect_format, detect_vit_family_format,
+                         unwrap_state_dict)
 
 __all__ = [
     'FORMATS', 'detect_format', 'convert_backbone', 'convert_timm_vit',
     'convert_mmpretrain_vit', 'convert_mmseg_vit', 'convert_checkpoint',
-    'unwrap_state_dict'
+    'unwrap_state_dict', 'FAMILY_FORMATS', 'detect_vit_family_format',
+    'convert_vit_family', 'convert_vit_family_checkpoint'
 ]
