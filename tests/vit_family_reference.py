@@ -7,7 +7,7 @@ coeusguo/ceit, SHI-Labs/Compact-Transformers), built with random values,
 and the reference forwards read those keys with plain tensor ops, one
 equation per line. mmlape's converters and models must reproduce them.
 
-The joins follow SPEC.md (as ``reference.py`` does for DeiT): a state dict
+The joins follow docs/methods.md (as ``reference.py`` does for DeiT): a state dict
 may carry LaPE's ``blocks.{i}.pe_norm.*`` and MPVG's
 ``pe_join.last_norm.*``.
 """
@@ -323,7 +323,7 @@ def lca(sd, cls_tokens, heads, eps=1e-6):
 
 
 class Stream:
-    """The PE each layer's attention input receives (SPEC.md)."""
+    """The PE each layer's attention input receives (docs/methods.md)."""
 
     def __init__(self, sd, pos, join, eps):
         self.sd, self.pos, self.join, self.eps = sd, pos, join, eps

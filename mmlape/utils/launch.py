@@ -572,6 +572,17 @@ def _vit_arch(cls: Optional[type], arch: Any) -> Any:
     return arch
 
 
+def _arch_settings(cls: type, arch: Any) -> dict:
+    """Everything the arch that ``arch`` names sets (ViT-Adapter's
+    presets name a ViT arch)."""
+    if isinstance(arch, str):
+        preset = getattr(cls, 'adapter_zoo', {}).get(arch)
+        arch = preset['arch'] if isinstance(preset, dict) else arch
+    if isinstance(arch, str):
+        return dict(getattr(cls, 'arch_zoo', {}).get(arch, {}))
+    return dict(arch) if isinstance(arch, dict) else {}
+
+
 def _describe_backbone(backbone: dict) -> Dict[str, Tuple[Any, Any]]:
     """``field -> (value to show, value to compare)`` with defaults filled
     in from the backbone class."""
@@ -586,6 +597,11 @@ def _describe_backbone(backbone: dict) -> Dict[str, Tuple[Any, Any]]:
         value = backbone.get(field, _MISSING)
         if value is _MISSING and cls is not None:
             value = _default(cls, field)
+        if value is None and field in getattr(cls, 'option_defaults', {}):
+            # None: the arch's own setting, else the backbone's default.
+            settings = _arch_settings(
+                cls, backbone.get('arch', _default(cls, 'arch')))
+            value = settings.get(field, cls.option_defaults[field])
         if value is _MISSING:
             continue
         compare = value

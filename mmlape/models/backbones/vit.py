@@ -169,6 +169,13 @@ class LaPEViT(BaseModule):
         >>> cct(torch.randn(2, 3, 32, 32))[0].shape
         torch.Size([2, 256])
     """
+    #: What an option takes when neither its argument nor the arch sets it.
+    option_defaults = dict(
+        img_size=224,
+        pe_type='learnable',
+        out_type='cls_token',
+        with_cls_token=True,
+        qkv_bias=True)
     arch_zoo = {
         'deit-tiny':
         dict(
@@ -292,19 +299,23 @@ class LaPEViT(BaseModule):
         def pick(name, value, default):
             return value if value is not None else arch.get(name, default)
 
+        defaults = self.option_defaults
+
         self.embed_dims = arch['embed_dims']
         self.num_layers = arch['num_layers']
-        self.img_size = _to_2tuple(pick('img_size', img_size, 224))
-        pe_type = pick('pe_type', pe_type, 'learnable')
+        self.img_size = _to_2tuple(
+            pick('img_size', img_size, defaults['img_size']))
+        pe_type = pick('pe_type', pe_type, defaults['pe_type'])
         if pe_type not in PE_TYPES:
             raise ValueError(f'Unknown pe_type={pe_type!r}; choose one of '
                              f'{list(PE_TYPES)}')
         self.pe_type = pe_type
-        out_type = pick('out_type', out_type, 'cls_token')
+        out_type = pick('out_type', out_type, defaults['out_type'])
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'Unknown out_type={out_type!r}; choose one of '
                              f'{list(self.OUT_TYPES)}')
-        with_cls_token = pick('with_cls_token', with_cls_token, True)
+        with_cls_token = pick('with_cls_token', with_cls_token,
+                              defaults['with_cls_token'])
         if out_type == 'cls_token' and not with_cls_token:
             raise ValueError("out_type='cls_token' needs with_cls_token=True")
         self.out_type = out_type
@@ -317,7 +328,7 @@ class LaPEViT(BaseModule):
         self.cache_pe_plan = cache_pe_plan
         self._plan_cache: OrderedDict = OrderedDict()
         norm_cfg = pick('norm_cfg', norm_cfg, _LN6)
-        qkv_bias = pick('qkv_bias', qkv_bias, True)
+        qkv_bias = pick('qkv_bias', qkv_bias, defaults['qkv_bias'])
         self.pos_embed_std = arch.get('pos_embed_std', .02)
         self.cls_token_std = arch.get('cls_token_std', .02)
 
