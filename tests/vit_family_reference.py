@@ -7,8 +7,8 @@ coeusguo/ceit, SHI-Labs/Compact-Transformers), built with random values,
 and the reference forwards read those keys with plain tensor ops, one
 equation per line. mmlape's converters and models must reproduce them.
 
-The joins follow docs/methods.md (as ``reference.py`` does for DeiT): a state dict
-may carry LaPE's ``blocks.{i}.pe_norm.*`` and MPVG's
+The joins follow docs/methods.md (as ``reference.py`` does for DeiT): a
+state dict may carry LaPE's ``blocks.{i}.pe_norm.*`` and MPVG's
 ``pe_join.last_norm.*``.
 """
 import math
