@@ -54,7 +54,7 @@ def test_config_builds(path):
     with DefaultScope.overwrite_default_scope(scope):
         model = registry.build(cfg.model)
     backbone = model.backbone
-    assert type(backbone).__name__.startswith('LaPEViT')
+    assert type(backbone).__name__.startswith(('LaPEViT', 'LaPESwin'))
     assert backbone.pe_join.name == join_of(path)
     assert 'mmlape' in cfg.custom_imports['imports']
     init = cfg.model.backbone.get('init_cfg')

@@ -199,17 +199,17 @@ class SwinBlock(nn.Module):
         norm_cfg (dict): Norm config. Defaults to LN (eps 1e-5).
     """
 
-    def __init__(
-        self,
-        embed_dims: int,
-        num_heads: int,
-        window_size: int,
-        shift: bool,
-        mlp_ratio: float = 4.,
-        drop_path_rate: float = 0.,
-        pad_small_map: bool = False,
-        norm_cfg: Dict = dict(type='LN')) -> None:
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 window_size: int,
+                 shift: bool,
+                 mlp_ratio: float = 4.,
+                 drop_path_rate: float = 0.,
+                 pad_small_map: bool = False,
+                 norm_cfg: Optional[Dict] = None) -> None:
         super().__init__()
+        norm_cfg = norm_cfg or dict(type='LN')
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = WindowAttention(embed_dims, num_heads, window_size, shift,
                                     pad_small_map)
@@ -443,7 +443,8 @@ class LaPESwin(BaseModule):
             self.pos_embed = None
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        dpr = torch.linspace(
+            0, drop_path_rate, self.num_layers, device='cpu').tolist()
         self.layers = nn.ModuleList()
         index = 0
         for s, (depth, dims) in enumerate(zip(self.depths, self.stage_dims)):
