@@ -2,6 +2,7 @@
 equations, equality with mmpretrain's SwinTransformer, the converters,
 gradients, the eval plan cache, other input sizes, parameter counts, the
 configs and a tiny run through tools/train.py and tools/test.py."""
+import importlib.util
 import math
 import os
 import os.path as osp
@@ -499,17 +500,26 @@ def test_official_checkpoint_converts_and_matches_reference(tmp_path):
     img = torch.randn(2, 3, 72, 56)
     with torch.no_grad():
         close(model(img), ref_forward(sd, img, 'default'))
-    # The same file through init_cfg (the backbone part, as mmdet/mmseg
-    # use it), and a file without the absolute PE (ape=False).
+    # The same file through init_cfg, and converted by the command-line
+    # tool then loaded as mmdet/mmseg do (prefix 'backbone.').
     path = str(tmp_path / 'official.pth')
     torch.save(official, path)
-    loaded = tiny(
-        'Default',
-        out_indices=(3, ),
-        init_cfg=dict(type='Pretrained', checkpoint=path))
-    loaded.init_weights()
-    with torch.no_grad():
-        close(loaded(img), model(img), atol=0)
+    converted = str(tmp_path / 'converted.pth')
+    spec = importlib.util.spec_from_file_location(
+        'swin_to_mmlape', osp.join(ROOT, 'tools/convert/swin_to_mmlape.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([path, converted]) == 0
+    assert tool.main([path, converted]) == 2  # never overwrites silently
+    for file, prefix in ((path, None), (converted, 'backbone.')):
+        loaded = tiny(
+            'Default',
+            out_indices=(3, ),
+            init_cfg=dict(type='Pretrained', checkpoint=file, prefix=prefix))
+        loaded.init_weights()
+        with torch.no_grad():
+            close(loaded(img), model(img), atol=0)
+    # A file without the absolute PE (the official Swin-T has ape=False).
     torch.save(official_checkpoint(ape=False), path)
     no_ape = tiny(
         'Default',
