@@ -579,6 +579,7 @@ def test_load_refuses_another_join_and_resizes_pe(tmp_path):
     (dict(out_indices=(4, )), r'out_indices contains 4'),
     (dict(arch='huge'), "Unknown arch='huge'"),
     (dict(img_size=66), 'divisible by patch_size=4'),
+    (dict(window_size=0), 'window_size=0 must be a positive int'),
 ])
 def test_bad_options_raise(kwargs, match):
     kwargs = dict(
@@ -598,9 +599,12 @@ def test_registered_for_dense_tasks_and_layer_depth():
         pad_small_map=True,
         out_indices=(0, 1, 2, 3),
         pe_join=dict(type='MPVG'))
-    for registry in (DET, SEG):
-        model = registry.build(cfg)
-        assert type(model) is LaPESwin
+    from mmengine.registry import DefaultScope
+    for scope, registry in (('mmdet', DET), ('mmseg', SEG)):
+        for name in ('LaPESwin', 'mmlape.LaPESwin'):
+            with DefaultScope.overwrite_default_scope(scope):
+                model = registry.build(dict(cfg, type=name))
+            assert type(model) is LaPESwin
     outs = model(torch.randn(1, 3, 80, 48))
     assert [tuple(o.shape[1:]) for o in outs] == [(16, 20, 12), (32, 10, 6),
                                                   (64, 5, 3), (128, 3, 2)]

@@ -354,7 +354,7 @@ class LaPESwin(BaseModule):
         >>> swin = LaPESwin('test-tiny', img_size=64, window_size=4,
         ...                 pe_join='MPVG', out_indices=(0, 1, 2, 3),
         ...                 pad_small_map=True)
-        >>> [o.shape[1:] for o in swin(torch.randn(1, 3, 72, 64))]
+        >>> [tuple(o.shape[1:]) for o in swin(torch.randn(1, 3, 72, 64))]
         [(16, 18, 16), (32, 9, 8), (64, 5, 4), (128, 3, 2)]
     """
     arch_zoo = {
@@ -400,6 +400,11 @@ class LaPESwin(BaseModule):
         self.stage_dims = [
             self.embed_dims * 2**s for s in range(self.num_stages)
         ]
+        for name, value in (('patch_size', patch_size), ('window_size',
+                                                         window_size)):
+            if (not isinstance(value, int) or isinstance(value, bool)
+                    or value < 1):
+                raise ValueError(f'{name}={value!r} must be a positive int')
         size = (img_size, img_size) if isinstance(img_size, int) else tuple(
             int(v) for v in img_size)
         if len(size) != 2 or size[0] % patch_size or size[1] % patch_size:
