@@ -109,8 +109,13 @@ class PEPlanCache:
         size (int): Grids kept. Defaults to 8.
 
     Example:
+        >>> join = build_pe_join('LaPE', num_layers=1, embed_dims=8,
+        ...                      with_cls_token=False)
+        >>> pos, norms = torch.randn(1, 4, 8), [join.build_layer_norm(0)]
         >>> cache = PEPlanCache()
-        >>> plan = cache.get((14, 14), [pos], lambda: join.plan(pos, ...))
+        >>> build = lambda: join.plan(pos, None, norms)
+        >>> cache.get((2, 2), [pos], build) is cache.get((2, 2), [pos], build)
+        True
     """
 
     def __init__(self, size: int = 8) -> None:
