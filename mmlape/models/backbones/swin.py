@@ -52,8 +52,10 @@ def _pad_grid(x: Tensor, multiple: int) -> Tensor:
 
 
 @functools.lru_cache(maxsize=64)
-def shifted_window_mask(hw: Tuple[int, int], window: int,
-                        shift: int) -> Tensor:
+def shifted_window_mask(hw: Tuple[int, int],
+                        window: int,
+                        shift: int,
+                        device: Optional[torch.device] = None) -> Tensor:
     """Logit mask of shifted-window attention, ``(nW, n, n)``.
 
     After the cyclic shift by ``-shift`` a window at the bottom or right
@@ -67,6 +69,8 @@ def shifted_window_mask(hw: Tuple[int, int], window: int,
             ``window``.
         window (int): Window side.
         shift (int): Shift, ``0 < shift < window``.
+        device (torch.device, optional): Where the (cached) mask lives.
+            Defaults to None (CPU).
     """
     h, w = hw
 
@@ -78,7 +82,7 @@ def shifted_window_mask(hw: Tuple[int, int], window: int,
     ids = ids.reshape(h // window, window, w // window, window)
     ids = ids.permute(0, 2, 1, 3).reshape(-1, window * window)
     same = ids[:, :, None] == ids[:, None, :]
-    return torch.zeros(same.shape).masked_fill_(~same, -100.)
+    return torch.zeros(same.shape).masked_fill_(~same, -100.).to(device)
 
 
 class WindowAttention(nn.Module):
@@ -168,8 +172,8 @@ class WindowAttention(nn.Module):
         logits = (q * self.scale) @ k.transpose(-2, -1)
         bias = self.relative_bias()
         if shift:
-            mask = shifted_window_mask((hp, wp), ws, shift)
-            bias = bias + mask.to(device=x.device, dtype=bias.dtype)[:, None]
+            mask = shifted_window_mask((hp, wp), ws, shift, x.device)
+            bias = bias + mask.to(bias.dtype)[:, None]
         out = (logits + bias).softmax(dim=-1) @ v
         out = self.proj(out.transpose(2, 3).reshape(b, nh * nw, ws * ws, c))
         out = out.view(b, nh, nw, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
