@@ -303,8 +303,22 @@ def test_eval_plan_cache_equals_plain_path():
             close(model(img), plain(img), atol=0)
             assert model.pe_plan(grid) is not plan
             plan = model.pe_plan(grid)
+    # Train mode never uses the cache; back in eval after an update (an
+    # optimizer step, here in place) the plan is rebuilt, and a replaced
+    # tensor (new storage) is noticed too.
     model.train()
-    assert len(model._plan_cache) == 0
+    with torch.no_grad():
+        model.pos_embed.mul_(0.5)
+        plain.pos_embed.mul_(0.5)
+    model.eval()
+    with torch.no_grad():
+        close(model(img), plain(img), atol=0)
+        plan = model.pe_plan(grid)
+        model.pe_join.last_norm.bias = torch.nn.Parameter(
+            model.pe_join.last_norm.bias + 1)
+        plain.pe_join.last_norm.bias.add_(1)
+        assert model.pe_plan(grid) is not plan
+        close(model(img), plain(img), atol=0)
 
 
 def test_stage_norms_layers_and_param_counts():

@@ -590,10 +590,6 @@ class LaPESwin(BaseModule):
                                         lambda: self._build_plan(hw))
         return self._build_plan(hw)
 
-    def train(self, mode: bool = True) -> 'LaPESwin':
-        self._plan_cache.clear()
-        return super().train(mode)
-
     # ------------------------------------------------------------------
     # forward
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:

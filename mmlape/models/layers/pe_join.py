@@ -102,8 +102,11 @@ class PEPlanCache:
 
     A plan depends on the PE weights and the patch grid only. The cache
     keeps the ``size`` most recently used grids and rebuilds a plan when a
-    weight it depends on has changed (an in-place update bumps a tensor's
-    version; replacing a tensor changes its storage).
+    weight it depends on has changed: an in-place update bumps the tensor's
+    version, and a replaced tensor has other storage (an entry keeps the
+    storages it was built from alive, so no new tensor can take their
+    address). It never needs clearing for correctness, so switching
+    between train and eval mode keeps the plans of unchanged weights.
 
     Args:
         size (int): Grids kept. Defaults to 8.
@@ -126,13 +129,16 @@ class PEPlanCache:
             build: Callable[[], PEPlan]) -> PEPlan:
         """The cached plan of ``key`` if ``tensors`` are unchanged, else
         ``build()`` (then cached)."""
-        weights = tuple((t.data_ptr(), t._version) for t in tensors)
         hit = self._plans.get(key)
-        if hit is not None and hit[0] == weights:
+        if hit is not None and len(hit[0]) == len(tensors) and all(
+                held.data_ptr() == t.data_ptr() and version == t._version
+                for (held, version), t in zip(hit[0], tensors)):
             self._plans.move_to_end(key)
             return hit[1]
         plan = build()
-        self._plans[key] = (weights, plan)
+        # detach() shares the storage (keeping its address taken) and
+        # copies nothing; the version is the one the plan was built from.
+        self._plans[key] = ([(t.detach(), t._version) for t in tensors], plan)
         self._plans.move_to_end(key)
         if len(self._plans) > self.size:
             self._plans.popitem(last=False)
