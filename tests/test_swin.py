@@ -273,13 +273,22 @@ def test_small_map_without_padding_is_unshifted_or_refused():
 
 
 def test_every_parameter_gets_a_gradient():
+    img = torch.randn(1, 3, IMG, IMG)
     for cfg in JOIN_CFGS.values():
         model = tiny(cfg).train()
-        outs = model(torch.randn(2, 3, IMG, IMG))
-        sum((o * torch.randn_like(o)).sum() for o in outs).backward()
+        outs = model(img)
+        weights = [torch.randn_like(o) for o in outs]
+        sum((o * w).sum() for o, w in zip(outs, weights)).backward()
         for name, p in model.named_parameters():
             assert p.grad is not None and p.grad.abs().sum() > 0, \
                 f'{cfg["type"]}: no gradient for {name}'
+    # Gradient checkpointing of the blocks: the same gradients (MPVG).
+    ckpt = tiny(cfg, with_cp=True).train()
+    ckpt.load_state_dict(model.state_dict())
+    outs = ckpt(img)
+    sum((o * w).sum() for o, w in zip(outs, weights)).backward()
+    for (name, p), q in zip(model.named_parameters(), ckpt.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=name)
 
 
 def test_eval_plan_cache_equals_plain_path():

@@ -371,8 +371,6 @@ class LaPESwin(BaseModule):
         'test-tiny':
         dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
     }
-    #: Joins whose PE can follow the tokens through the stages.
-    JOINS = ('Default', 'LaPE', 'PVG', 'MPVG')
     #: How many patch grids keep a cached PE plan in eval mode.
     plan_cache_size: int = 8
 
