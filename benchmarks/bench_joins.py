@@ -261,6 +261,22 @@ def swin_main(args):
                 if ratio > limit:
                     failed.append(f'{name} {mode} {ratio:.3f}x > {limit}x')
     table = '\n'.join(rows)
+    # The joins' own work, timed alone: what a train step pays for the PE
+    # plan (norms and the carry through the mergings, forward + backward).
+    plan_ms = {}
+    for name in ('LaPE', 'PVG', 'MPVG'):
+        backbone = models[name].backbone.train()
+        times = []
+        for _ in range(args.rounds):
+            start = clock()
+            plan = backbone.pe_plan(backbone.grid_size)
+            terms = [plan.input, plan.final] + plan.attn
+            sum(t.sum() for t in terms if t is not None).backward()
+            times.append(clock() - start)
+        plan_ms[name] = min(times) * 1e3
+    table += '\n\nPE plan per train step (forward + backward): ' + ', '.join(
+        f'{name} {ms:.1f} ms ({ms / base["train"] / 10:.2f}%)'
+        for name, ms in plan_ms.items())
     note = (f'Swin-Ti, 224x224, batch {args.batch}, {args.threads} CPU '
             f'threads, fastest of {args.rounds} interleaved rounds '
             f'({args.clock} time); x = ratio to the default join. Default vs '
