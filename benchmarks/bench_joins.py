@@ -16,6 +16,7 @@ Example:
     python benchmarks/bench_joins.py --batch 8 --rounds 15 --out bench.md
     python benchmarks/bench_joins.py --model t2t-vit-7
     python benchmarks/bench_joins.py --model vit-lite-7/4 --batch 64
+    python benchmarks/bench_joins.py --swin   # Swin-Ti (section at the end)
 """
 import argparse
 import os.path as osp
@@ -165,7 +166,11 @@ def main():
         help='wall time, or the CPU time of this process (with 1 thread: '
         'what other processes on a busy machine do not inflate)')
     parser.add_argument('--out', help='also write the table (markdown)')
+    parser.add_argument(
+        '--swin', action='store_true', help='time Swin-Ti instead (below)')
     args = parser.parse_args()
+    if args.swin:
+        return swin_main(args)
     spec = ARCHS[args.model]
     batch = args.batch or spec['batch']
     torch.set_num_threads(args.threads)
@@ -221,6 +226,110 @@ def main():
                  f'{base["eval"] / ref["eval"]:.3f}x, train '
                  f'{base["train"] / ref["train"]:.3f}x.')
     table = '\n'.join(rows)
+    print(table)
+    print(note)
+    print('targets: ' + ('all met' if not failed else '; '.join(failed)))
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(table + '\n\n' + note + '\n')
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Swin-Ti (``--swin``): mmlape's LaPESwin with each join against its default
+# join (Swin-T with an absolute PE at stage 1) and against mmpretrain's
+# SwinTransformer(arch='tiny', use_abs_pos_embed=True); GAP neck and a
+# 1000-way linear head, 224x224. Same timing, ratios and targets as above.
+SWIN_MODELS = {
+    'mmpretrain Swin':
+    dict(type='SwinTransformer', arch='tiny', use_abs_pos_embed=True),
+    'default':
+    dict(type='LaPESwin', arch='tiny', pe_join='Default'),
+    'LaPE':
+    dict(type='LaPESwin', arch='tiny', pe_join='LaPE'),
+    'PVG':
+    dict(type='LaPESwin', arch='tiny', pe_join='PVG'),
+    'MPVG':
+    dict(type='LaPESwin', arch='tiny', pe_join='MPVG'),
+}
+
+
+def build_swin(name):
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS as REG
+    from mmpretrain.utils import register_all_modules
+
+    import mmlape  # noqa: F401
+    register_all_modules(init_default_scope=False)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return REG.build(
+            dict(
+                type='ImageClassifier',
+                backbone=dict(SWIN_MODELS[name], img_size=224),
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(
+                    type='LinearClsHead', num_classes=1000, in_channels=768)))
+
+
+def swin_main(args):
+    args.batch = args.batch or 8
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    img = torch.randn(args.batch, 3, 224, 224)
+    target = torch.randint(0, 1000, (args.batch, ))
+    models = {name: build_swin(name) for name in SWIN_MODELS}
+
+    def step(model, mode):
+        if mode == 'train':
+            train_step(model, img, target)
+        else:
+            eval_step(model, img)
+
+    clock = time.process_time if args.clock == 'cpu' else time.perf_counter
+    best = interleaved_minima(
+        models, step, rounds=args.rounds, warmup=args.warmup, clock=clock)
+    base, ref = best['default'], best['mmpretrain Swin']
+    rows = [
+        '| Swin-Ti | params | GFLOPs | eval ms | eval x | train ms | '
+        'train x | act. MB |', '|' + '---|' * 8
+    ]
+    failed = []
+    for name, model in models.items():
+        params = sum(p.numel() for p in model.parameters())
+        gflops = flops_of(model.eval(), img) / 1e9
+        ev, tr = best[name]['eval'], best[name]['train']
+        rows.append(f'| {name} | {params / 1e6:.3f}M | {gflops:.3f} | '
+                    f'{ev * 1e3:.1f} | {ev / base["eval"]:.3f} | '
+                    f'{tr * 1e3:.1f} | {tr / base["train"]:.3f} | '
+                    f'{activation_mb(model, img):.1f} |')
+        if name in ('LaPE', 'PVG', 'MPVG'):
+            for mode, limit in TARGETS.items():
+                ratio = best[name][mode] / base[mode]
+                if ratio > limit:
+                    failed.append(f'{name} {mode} {ratio:.3f}x > {limit}x')
+    table = '\n'.join(rows)
+    # The joins' own work, timed alone: what a train step pays for the PE
+    # plan (norms and the carry through the mergings, forward + backward).
+    plan_ms = {}
+    for name in ('LaPE', 'PVG', 'MPVG'):
+        backbone = models[name].backbone.train()
+        times = []
+        for _ in range(args.rounds):
+            start = clock()
+            plan = backbone.pe_plan(backbone.grid_size)
+            terms = [plan.input, plan.final] + plan.attn
+            sum(t.sum() for t in terms if t is not None).backward()
+            times.append(clock() - start)
+        plan_ms[name] = min(times) * 1e3
+    table += '\n\nPE plan per train step (forward + backward): ' + ', '.join(
+        f'{name} {ms:.1f} ms ({ms / base["train"] / 10:.2f}%)'
+        for name, ms in plan_ms.items())
+    note = (f'Swin-Ti, 224x224, batch {args.batch}, {args.threads} CPU '
+            f'threads, fastest of {args.rounds} interleaved rounds '
+            f'({args.clock} time); x = ratio to the default join. Default vs '
+            f'mmpretrain Swin: eval '
+            f'{base["eval"] / ref["eval"]:.3f}x, train '
+            f'{base["train"] / ref["train"]:.3f}x.')
     print(table)
     print(note)
     print('targets: ' + ('all met' if not failed else '; '.join(failed)))

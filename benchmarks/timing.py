@@ -11,21 +11,22 @@ import sys
 import time
 from typing import Callable, Dict, Sequence
 
+Clock = Callable[[], float]
+
 
 def interleaved_minima(
-    models: Dict[str, object],
-    step: Callable[[object, str], None],
-    modes: Sequence[str] = ('eval', 'train'),
-    rounds: int = 10,
-    warmup: int = 2,
-    clock: Callable[[],
-                    float] = time.perf_counter) -> Dict[str, Dict[str, float]]:
+        models: Dict[str, object],
+        step: Callable[[object, str], None],
+        modes: Sequence[str] = ('eval', 'train'),
+        rounds: int = 10,
+        warmup: int = 2,
+        clock: Clock = time.perf_counter) -> Dict[str, Dict[str, float]]:
     """Fastest seconds of ``step(model, mode)`` per model and mode.
 
     ``model.train(mode == 'train')`` is set before each call. ``clock`` is
-    wall time by default; ``time.process_time`` counts only the CPU time of
-    this process, which other processes on a busy machine do not inflate
-    (with one torch thread it is the step's own compute).
+    wall time by default; ``time.process_time`` (CPU time of this process)
+    does not count the time other processes hold the cores, which on a
+    crowded machine is most of the noise.
     """
     times = {name: {mode: [] for mode in modes} for name in models}
     order = list(models)

@@ -52,7 +52,9 @@ __all__ = [
     'fit_pos_embed', 'fit_state_dict', 'check_join_compatible',
     'pe_norm_layers', 'load_backbone_checkpoint', 'FAMILY_FORMATS',
     'detect_vit_family_format', 'convert_vit_family',
-    'convert_vit_family_checkpoint'
+    'convert_vit_family_checkpoint', 'SWIN_FORMATS', 'detect_swin_format',
+    'convert_official_swin', 'convert_mmpretrain_swin',
+    'convert_swin_backbone', 'convert_swin_checkpoint'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -938,4 +940,195 @@ def convert_vit_family_checkpoint(checkpoint: Mapping,
         for name, value in classifier.items():
             out[target + name] = value
         out.update(others)
+    return dict(state_dict=out, meta=dict(converted_from=fmt))
+
+
+# ---------------------------------------------------------------------------
+# Swin Transformer (mmlape.models.backbones.LaPESwin)
+#
+# mmlape's Swin keeps the official key layout (microsoft/Swin-Transformer:
+# ``layers.{s}.blocks.{j}.attn.qkv``, ``layers.{s}.downsample.reduction``,
+# the official channel order of patch merging), with ``pos_embed`` for the
+# absolute PE and an output norm ``norm{s}`` per output stage (mmpretrain's
+# convention; the official final ``norm`` is ``norm{last}``).
+# mmpretrain's ``SwinTransformer`` merges patches with ``nn.Unfold``, whose
+# channel order differs: its merging norm and reduction are permuted here.
+
+SWIN_FORMATS = ('mmlape', 'official', 'mmpretrain')
+
+_SWIN_DROPPED = (r'\.relative_position_index$', r'\.attn_mask$')
+_SWIN_OFFICIAL_RULES: List[Tuple[str, str]] = [
+    (r'^patch_embed\.(proj|norm)\.', r'patch_embed.\1.'),
+    (r'^absolute_pos_embed$', 'pos_embed'),
+    (r'^layers\.(\d+)\.blocks\.(\d+)\.(norm1|norm2|attn\.qkv|attn\.proj|'
+     r'mlp\.fc1|mlp\.fc2)\.', r'layers.\1.blocks.\2.\3.'),
+    (r'^layers\.(\d+)\.blocks\.(\d+)\.attn\.relative_position_bias_table$',
+     r'layers.\1.blocks.\2.attn.relative_position_bias_table'),
+    (r'^layers\.(\d+)\.downsample\.(norm|reduction)\.',
+     r'layers.\1.downsample.\2.'),
+]
+_SWIN_MMPRETRAIN_RULES: List[Tuple[str, str]] = [
+    (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
+    (r'^patch_embed\.norm\.', 'patch_embed.norm.'),
+    (r'^absolute_pos_embed$', 'pos_embed'),
+    (r'^stages\.(\d+)\.blocks\.(\d+)\.(norm1|norm2)\.',
+     r'layers.\1.blocks.\2.\3.'),
+    (r'^stages\.(\d+)\.blocks\.(\d+)\.attn\.w_msa\.(qkv|proj)\.',
+     r'layers.\1.blocks.\2.attn.\3.'),
+    (r'^stages\.(\d+)\.blocks\.(\d+)\.attn\.w_msa\.'
+     r'relative_position_bias_table$',
+     r'layers.\1.blocks.\2.attn.relative_position_bias_table'),
+    (r'^stages\.(\d+)\.blocks\.(\d+)\.ffn\.layers\.0\.0\.',
+     r'layers.\1.blocks.\2.mlp.fc1.'),
+    (r'^stages\.(\d+)\.blocks\.(\d+)\.ffn\.layers\.1\.',
+     r'layers.\1.blocks.\2.mlp.fc2.'),
+    (r'^stages\.(\d+)\.downsample\.(norm|reduction)\.',
+     r'layers.\1.downsample.\2.'),
+    (r'^(norm\d+)\.', r'\1.'),
+]
+
+
+def detect_swin_format(state_dict: Mapping) -> str:
+    """Which layout a Swin state dict uses.
+
+    Args:
+        state_dict (Mapping): A (possibly ``backbone.``-prefixed) state dict.
+
+    Returns:
+        str: ``'mmlape'``, ``'official'`` or ``'mmpretrain'``.
+
+    Raises:
+        ValueError: If the keys look like no known Swin.
+    """
+    keys = list(select_backbone(state_dict))
+    if any(k.startswith('stages.') and '.attn.w_msa.' in k for k in keys):
+        return 'mmpretrain'
+    if any(k.startswith('layers.') and '.blocks.' in k for k in keys):
+        own = any(
+            k == 'pos_embed' or '.pe_norm.' in k or re.match(r'^norm\d+\.', k)
+            for k in keys)
+        return 'mmlape' if own else 'official'
+    raise ValueError('Not a Swin checkpoint mmlape knows: expected keys like '
+                     '"layers.0.blocks.0.norm1.weight" (official/mmlape) or '
+                     '"stages.0.blocks.0.attn.w_msa.qkv.weight" (mmpretrain);'
+                     f' got e.g. {list(state_dict)[:5]}')
+
+
+def _unfold_to_official(tensor: Tensor) -> Tensor:
+    """Permute the ``4C`` last axis from ``nn.Unfold``'s order (channel
+    major; neighbours (0,0), (0,1), (1,0), (1,1)) to the official one
+    (neighbour major; (0,0), (1,0), (0,1), (1,1))."""
+    *lead, four_c = tensor.shape
+    grouped = tensor.reshape(*lead, four_c // 4, 4)[..., [0, 2, 1, 3]]
+    return grouped.transpose(-1, -2).reshape(*lead, four_c)
+
+
+def _swin_rules(sd: Mapping, rules: List[Tuple[str, str]],
+                fmt: str) -> Dict[str, Tensor]:
+    out = OrderedDict()
+    for key, value in sd.items():
+        if any(re.search(p, key) for p in _SWIN_DROPPED):
+            continue  # buffers the model rebuilds
+        for pattern, repl in rules:
+            if re.match(pattern, key):
+                out[re.sub(pattern, repl, key)] = value
+                break
+        else:
+            raise ValueError(f'Cannot convert key "{key}" of an {fmt} Swin '
+                             f'checkpoint: mmlape has no counterpart')
+    return out
+
+
+def convert_official_swin(state_dict: Mapping) -> Dict[str, Tensor]:
+    """Official Swin backbone keys to mmlape's.
+
+    The index and mask buffers are dropped, ``absolute_pos_embed`` becomes
+    ``pos_embed`` and the final ``norm`` becomes ``norm{last stage}``; the
+    classifier (``head.*``) is left out (see :func:`convert_swin_checkpoint`).
+    """
+    sd = OrderedDict(
+        (k, v) for k, v in state_dict.items() if not k.startswith('head.'))
+    stages = [
+        int(m.group(1)) for m in (re.match(r'^layers\.(\d+)\.', k) for k in sd)
+        if m
+    ]
+    last = max(stages, default=0)
+    rules = _SWIN_OFFICIAL_RULES + [(r'^norm\.', f'norm{last}.')]
+    return _swin_rules(sd, rules, 'official')
+
+
+def convert_mmpretrain_swin(state_dict: Mapping) -> Dict[str, Tensor]:
+    """mmpretrain ``SwinTransformer`` backbone keys to mmlape's, with the
+    patch-merging norm and reduction permuted to the official order."""
+    out = _swin_rules(state_dict, _SWIN_MMPRETRAIN_RULES, 'mmpretrain')
+    for key in out:
+        if '.downsample.' in key:
+            out[key] = _unfold_to_official(out[key])
+    return out
+
+
+_SWIN_CONVERTERS = {
+    'mmlape': lambda sd: OrderedDict(sd),
+    'official': convert_official_swin,
+    'mmpretrain': convert_mmpretrain_swin,
+}
+
+
+def convert_swin_backbone(state_dict: Mapping,
+                          fmt: Optional[str] = None) -> Dict[str, Tensor]:
+    """Swin backbone keys of any known layout, as mmlape names them.
+
+    Args:
+        state_dict (Mapping): A state dict; a ``backbone.`` prefix selects
+            the backbone part of a whole model.
+        fmt (str, optional): One of :data:`SWIN_FORMATS`; detected when None.
+
+    Returns:
+        dict: mmlape backbone keys, without prefix.
+    """
+    fmt = fmt or detect_swin_format(state_dict)
+    if fmt not in _SWIN_CONVERTERS:
+        raise ValueError(f'Unknown Swin checkpoint format {fmt!r}; choose one'
+                         f' of {list(SWIN_FORMATS)}')
+    if any(k.startswith(BACKBONE_PREFIX) for k in state_dict):
+        state_dict = OrderedDict((k[len(BACKBONE_PREFIX):], v)
+                                 for k, v in state_dict.items()
+                                 if k.startswith(BACKBONE_PREFIX))
+    return _SWIN_CONVERTERS[fmt](state_dict)
+
+
+def convert_swin_checkpoint(
+        checkpoint: Mapping,
+        fmt: Optional[str] = None,
+        head: Literal['linear', 'none'] = 'linear') -> Dict:
+    """A whole Swin checkpoint to an mmlape (mmengine-style) checkpoint.
+
+    Args:
+        checkpoint (Mapping): Loaded checkpoint of any known layout (an
+            official one keeps its weights under ``model``).
+        fmt (str, optional): Source layout; detected when None.
+        head (str): Where an official classifier ``head.*`` goes:
+            ``'linear'`` (mmpretrain ``LinearClsHead``: ``head.fc``) or
+            ``'none'``. OpenMMLab heads are kept as they are.
+            Defaults to ``'linear'``.
+
+    Returns:
+        dict: ``{'state_dict': {'backbone.*': ..., 'head.*': ...},
+        'meta': {'converted_from': fmt}}``.
+    """
+    if head not in ('linear', 'none'):
+        raise ValueError(f"head={head!r}; choose 'linear' or 'none'")
+    sd = unwrap_state_dict(checkpoint)
+    fmt = fmt or detect_swin_format(sd)
+    out = OrderedDict((BACKBONE_PREFIX + k, v)
+                      for k, v in convert_swin_backbone(sd, fmt).items())
+    if fmt == 'official':
+        if head == 'linear':
+            for suffix in ('weight', 'bias'):
+                if 'head.' + suffix in sd:
+                    out['head.fc.' + suffix] = sd['head.' + suffix]
+    else:
+        for k, v in sd.items():
+            if not k.startswith(BACKBONE_PREFIX):
+                out[k] = v
     return dict(state_dict=out, meta=dict(converted_from=fmt))

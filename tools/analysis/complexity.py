@@ -54,6 +54,11 @@ ARCHS = {
             ('cct-7/3x1', 32, CLS_JOINS, {}),
         ]
     },
+    # Swin-Ti (224x224): Swin-T with an absolute PE at stage 1 (MPVG's
+    # Table 1). Its FLOPs include building the PE plan (the carry through
+    # the patch mergings), which an eval-mode model does once per size.
+    'swin-tiny': ('LaPESwin', dict(arch='tiny'), 224,
+                  [(j, {}) for j in ('Default', 'LaPE', 'PVG', 'MPVG')]),
     'test-tiny': ('LaPEViT', dict(arch='test-tiny', img_size=64), 64,
                   [(j, {}) for j in CLS_JOINS] + [('PVG', GAP),
                                                   ('MPVG', GAP)]),
