@@ -5,13 +5,18 @@ References:
     conversion and fit checks; this module re-exports its conversion API so
     that ``from mmlape.utils.convert import ...`` keeps working.
 """
-from .checkpoint import (
-    FAMILY_FORMATS, FORMATS, SWIN_FORMATS, convert_backbone,
-    convert_checkpoint, convert_mmpretrain_swin, convert_mmpretrain_vit,
-    convert_mmseg_vit, convert_official_swin, convert_swin_backbone,
-    convert_swin_checkpoint, convert_timm_vit, convert_vit_family,
-    convert_vit_family_checkpoint, detect_format, detect_swin_format,
-    detect_vit_family_format, unwrap_state_dict)
+# yapf: disable
+from .checkpoint import (FAMILY_FORMATS, FORMATS, SWIN_FORMATS,
+                         convert_backbone, convert_checkpoint,
+                         convert_mmpretrain_swin, convert_mmpretrain_vit,
+                         convert_mmseg_vit, convert_official_swin,
+                         convert_swin_backbone, convert_swin_checkpoint,
+                         convert_timm_vit, convert_vit_family,
+                         convert_vit_family_checkpoint, detect_format,
+                         detect_swin_format, detect_vit_family_format,
+                         unwrap_state_dict)
+
+# yapf: enable
 
 __all__ = [
     'FORMATS', 'detect_format', 'convert_backbone', 'convert_timm_vit',
