@@ -564,8 +564,12 @@ class LaPESwin(BaseModule):
     def _build_plan(self, hw: Tuple[int, int]) -> PEPlan:
         pos = None
         if self.pos_embed is not None:
-            pos = resize_pos_embed(self.pos_embed, self.grid_size, hw, 0,
-                                   self.interpolate_mode)
+            pos = resize_pos_embed(
+                self.pos_embed,
+                self.grid_size,
+                hw,
+                mode=self.interpolate_mode,
+                num_extra_tokens=0)
         grids = self.stage_grids(hw)
         pe_norms = [getattr(blk, 'pe_norm', None) for blk in self.blocks]
         return self.pe_join.plan(
@@ -670,9 +674,11 @@ class LaPESwin(BaseModule):
                     f'Resize {key} from a {side}x{side} to a '
                     f'{self.grid_size[0]}x{self.grid_size[1]} grid',
                     logger='current')
-                state_dict[key] = resize_pos_embed(src, (side, side),
-                                                   self.grid_size, 0,
-                                                   self.interpolate_mode)
+                state_dict[key] = resize_pos_embed(
+                    src, (side, side),
+                    self.grid_size,
+                    mode=self.interpolate_mode,
+                    num_extra_tokens=0)
         rows = (2 * self.window_size - 1)**2
         for k, v in state_dict.items():
             if (k.startswith(prefix)
