@@ -99,23 +99,48 @@ def test_results_are_the_published_numbers_marked_as_such():
         assert 'PUBLISHED' in text and 'not\n# reproduced' in text
 
 
-def test_parameters_match_the_built_backbones():
-    cache = {}
-    for m in MODELS:
-        params, _, size = model_index.count(m['Config'], False, cache)
-        assert m['Metadata']['Parameters'] == params, m['Name']
-        assert m['Metadata']['Input Size'] == size, m['Name']
-    # the counting definition: the backbone, not the whole model
-    deit = next(m for m in MODELS if m['Name'] == 'deit-tiny_4xb256_in1k')
+#: One config per family (its LaPE variant, the smallest model) for the
+#: fast check; the slow test checks every config.
+SAMPLE = (
+    'configs/deit/deit-tiny-lape_4xb256_in1k.py',
+    'configs/vit_adapter/upernet_vit-adapter-tiny-lape_8xb2-160k_ade20k-'
+    '512x512.py',
+    'configs/segmenter/segmenter_vit-tiny-lape_mask_8xb1-160k_ade20k-'
+    '512x512.py',
+    'configs/t2t_vit/t2t-vit-7-mpvg_8xb64_in1k.py',
+    'configs/ceit/ceit-tiny-pvg_4xb256_in1k.py',
+    'configs/vit_lite/vit-lite-7-4-lape_1xb128-310e_cifar100.py',
+    'configs/cct/cct-7-3x1-mpvg_1xb128-300e_cifar100.py',
+    'configs/swin/swin-tiny-lape_16xb64_in1k.py',
+    'configs/demo/deit-demo-lape_pos-shapes.py',
+)
+
+
+def test_parameters_match_the_built_backbones_per_family():
+    by_config = {m['Config']: m for m in MODELS}
+    assert {c.split('/')[1] for c in SAMPLE} == set(model_index.FAMILIES)
+    for config in SAMPLE:
+        params, _, size = model_index.count(config, flops=False)
+        meta = by_config[config]['Metadata']
+        assert meta['Parameters'] == params, config
+        assert meta['Input Size'] == size, config
+    # the counting definition: the backbone, not the whole model (DeiT-Ti
+    # is 5,717,416 with its 1000-class head)
+    deit = by_config['configs/deit/deit-tiny_4xb256_in1k.py']
     assert deit['Metadata']['Parameters'] == 5_524_416
+    assert deit['Metadata']['Input Size'] == 224
+    upernet = by_config[SAMPLE[1]]
+    assert upernet['Metadata']['Input Size'] == model_index.DENSE_SIZE
 
 
 @pytest.mark.slow
-def test_flops_match_the_built_backbones():
+def test_parameters_and_flops_match_the_built_backbones():
     cache = {}
     for m in MODELS:
-        _, flops, _ = model_index.count(m['Config'], True, cache)
-        assert m['Metadata']['FLOPs'] == flops, m['Name']
+        params, flops, size = model_index.count(m['Config'], True, cache)
+        meta = m['Metadata']
+        assert (meta['Parameters'], meta['FLOPs'],
+                meta['Input Size']) == (params, flops, size), m['Name']
 
 
 def readme_config_links():
