@@ -148,11 +148,14 @@ def readme_config_links():
     for readme in [osp.join(ROOT, 'README.md')] + glob.glob(
             osp.join(ROOT, 'configs', '*', 'README.md')):
         text = open(readme).read()
+        # table links, relative to the README
         for target in re.findall(r'\]\(([^)#\s]+\.py)\)', text):
             path = osp.normpath(osp.join(osp.dirname(readme), target))
             rel = osp.relpath(path, ROOT)
             if rel.startswith('configs' + osp.sep):
                 links.add(rel)
+        # configs named by their path (commands, text)
+        links.update(re.findall(r'(?<![\w/.])configs/\w+/[\w.-]+\.py', text))
     return links
 
 
