@@ -181,3 +181,29 @@ def test_packaging_ships_the_index():
     manifest = open(osp.join(ROOT, 'MANIFEST.in')).read()
     assert re.search(r'recursive-include mmlape/\.mim/configs .*\*\.yml',
                      manifest)
+
+
+def test_mmengine_mmlape_lookup_reads_the_index(tmp_path, monkeypatch):
+    """``_base_ = 'mmlape::...'`` still resolves: mmengine loads every
+    imported metafile first (a missing or broken one fails the lookup)."""
+    import mmengine.config.config as mm_config
+    from mmengine.config import Config
+    from mmengine.config.utils import _get_cfg_metainfo
+
+    import mmlape  # noqa: F401  (makes mmlape known to mmengine)
+    mim = tmp_path / 'mmlape' / '.mim'
+    mim.mkdir(parents=True)
+    (mim / 'model-index.yml').symlink_to(osp.join(ROOT, 'model-index.yml'))
+    (mim / 'configs').symlink_to(osp.join(ROOT, 'configs'))
+    installed = mm_config.get_installed_path
+    monkeypatch.setattr(
+        mm_config, 'get_installed_path',
+        lambda package: str(tmp_path / package)
+        if package == 'mmlape' else installed(package))
+    meta = _get_cfg_metainfo(
+        str(tmp_path / 'mmlape'), 'deit/deit-tiny-lape_4xb256_in1k.py')
+    assert meta['Config'] == 'configs/deit/deit-tiny-lape_4xb256_in1k.py'
+    user = tmp_path / 'user.py'
+    user.write_text("_base_ = 'mmlape::deit/deit-tiny-lape_4xb256_in1k.py'\n")
+    cfg = Config.fromfile(str(user))
+    assert cfg.model.backbone.pe_join.type == 'LaPE'
