@@ -135,7 +135,8 @@ def test_configs_inherit_mmlape_bases_from_a_wheel(tmp_path):
             'configs/deit/deit-tiny-lape_4xb256_in1k.py',
             'configs/vit_adapter/mask-rcnn_vit-adapter-tiny_fpn_3x_coco.py',
             'configs/demo/deit-demo_pos-shapes.py', 'model-index.yml',
-            'tools/train.py', 'tools/slurm_train.sh', 'tools/common.py'):
+            'configs/deit/metafile.yml', 'tools/train.py',
+            'tools/slurm_train.sh', 'tools/common.py'):
         assert f'mmlape/.mim/{name}' in names, name
     site = str(tmp_path / 'site')
     run(pip +

@@ -66,12 +66,15 @@ ARCHS = {
 DEFAULT_ARCHS = [a for a in ARCHS if a != 'test-tiny']
 
 
-def measure(builder, kwargs, size):
+def measure(builder, kwargs, size, flops=True):
+    """Parameters and FLOPs (None unless ``flops``) of one backbone."""
     from torch.utils.flop_counter import FlopCounterMode
 
     import mmlape.models as models
     model = getattr(models, builder)(**kwargs).eval()
     params = sum(p.numel() for p in model.parameters())
+    if not flops:
+        return params, None
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(torch.randn(1, 3, size, size))
     return params, counter.get_total_flops()
