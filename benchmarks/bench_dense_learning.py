@@ -39,9 +39,11 @@ LOADER = dict(num_workers=0, persistent_workers=False)
 WIDTH = 64  # neck and head channels
 
 
-def small_adapter(img_size, checkpoint=None):
+def small_adapter(img_size=128, checkpoint=None, level1_source=None):
     """Backbone overrides: the dense-chain tests' small ViT-Adapter."""
+    extra = dict(level1_source=level1_source) if level1_source else {}
     return dict(
+        **extra,
         arch=dict(ARCH, deform_num_heads=3, _delete_=True),
         img_size=img_size,
         conv_inplane=16,
@@ -147,10 +149,11 @@ def r18_backbone():
         init_cfg=None)
 
 
-def seg_overrides(data, backbone, iters, lr, seed, crop=(128, 128)):
+def seg_overrides(data, backbone, iters, lr, seed, crop=64):
     """Overrides that shrink the UperNet config to the generated ADE20K
-    set: random crops, whole-image testing, a linear warm-up and a poly
-    decay over ``iters``."""
+    set: random ``crop`` x ``crop`` crops, sliding-window testing, a linear
+    warm-up and a poly decay over ``iters``."""
+    crop = (crop, crop)
     load = [
         dict(type='LoadImageFromFile'),
         dict(type='LoadAnnotations', reduce_zero_label=True)
@@ -167,7 +170,10 @@ def seg_overrides(data, backbone, iters, lr, seed, crop=(128, 128)):
             data_preprocessor=dict(size=crop),
             decode_head=dict(in_channels=[96] * 4, channels=32),
             auxiliary_head=dict(in_channels=96, channels=16),
-            test_cfg=dict(mode='whole')),
+            test_cfg=dict(
+                mode='slide',
+                crop_size=crop,
+                stride=(crop[0] * 3 // 4, crop[1] * 3 // 4))),
         train_dataloader=dict(
             batch_size=4,
             **LOADER,
@@ -203,12 +209,12 @@ def seg_overrides(data, backbone, iters, lr, seed, crop=(128, 128)):
         randomness=dict(seed=seed))
 
 
-def deit_overrides(data, join, iters, seed):
-    """The demo DeiT config at patch 16 on 64x64 images, the small ViT of
-    the dense models, for ``iters`` iterations."""
+def deit_overrides(data, join, iters, seed, size=128):
+    """The demo DeiT config at patch 16 on ``size`` x ``size`` images, the
+    small ViT of the dense models, for ``iters`` iterations."""
     backbone = dict(
         arch=dict(ARCH, _delete_=True),
-        img_size=64,
+        img_size=size,
         patch_size=16,
         pe_join=dict(type=join))
     if join in ('PVG', 'MPVG'):
@@ -244,12 +250,10 @@ def write_config(path, base, overrides):
     return path
 
 
-def run(args, log, threads):
-    env = dict(
-        os.environ,
-        PYTHONUNBUFFERED='1',
-        PYTHONPATH=ROOT,
-        OMP_NUM_THREADS=str(threads))
+def run(args, log, threads=None):
+    env = dict(os.environ, PYTHONUNBUFFERED='1', PYTHONPATH=ROOT)
+    if threads:
+        env['OMP_NUM_THREADS'] = str(threads)
     with open(log, 'a') as f:
         out = subprocess.run(
             [sys.executable] + args,
@@ -262,9 +266,10 @@ def run(args, log, threads):
                            f'see {log}')
 
 
-def train_and_test(config, work, threads=1):
+def train_and_test(config, work, threads=None):
     """Train with tools/train.py, test the last checkpoint with
-    tools/test.py; the test metrics plus the wall time in seconds."""
+    tools/test.py; the test metrics plus the wall time in seconds.
+    ``threads`` sets OMP_NUM_THREADS of both (default: inherited)."""
     os.makedirs(work, exist_ok=True)
     log = osp.join(work, 'run.log')
     start = time.time()
@@ -308,6 +313,15 @@ def parse_args(argv=None):
     parser.add_argument('--lr', type=float, default=6e-4, help='AdamW lr')
     parser.add_argument(
         '--seg-iters', type=int, default=300, help='UperNet iterations')
+    parser.add_argument(
+        '--seg-crop', type=int, default=64, help='UperNet crop side')
+    parser.add_argument(
+        '--level1-source',
+        choices=['spm', 'spm+up'],
+        default=None,
+        help="the ViT-Adapter's stride-4 level (LaPEViTAdapter's "
+        "level1_source); 'spm+up' is the official fusion that does not "
+        'learn to detect here; defaults to the backbone default')
     parser.add_argument('--num-train', type=int, default=96)
     parser.add_argument('--num-val', type=int, default=16)
     parser.add_argument(
@@ -316,8 +330,9 @@ def parse_args(argv=None):
         default=0,
         metavar='ITERS',
         help='first pretrain a DeiT of each join with tools/train.py for '
-        'ITERS iterations (generated position-shapes set, 64x64, patch 16) '
-        'and initialise the ViT-Adapters from it; 0 trains from scratch')
+        'ITERS iterations (generated position-shapes set, 128x128, patch '
+        '16) and initialise the ViT-Adapters from it; 0 trains from '
+        'scratch')
     parser.add_argument(
         '--jobs', type=int, default=1, help='runs at the same time')
     parser.add_argument(
@@ -329,6 +344,8 @@ def plan(args, data, pretrained):
     """(name, config) of every run."""
     runs = []
     coco, ade = data['coco'], data['ade']
+    tag = f'-{args.level1_source}' if args.level1_source else ''
+    tag += '-pretrained' if pretrained else ''
     for seed in args.seeds:
         for model in args.models:
             if model == 'det-r18':
@@ -343,9 +360,8 @@ def plan(args, data, pretrained):
                                  milestone=args.milestone)))
                 continue
             for join in args.joins:
-                ckpt = pretrained.get(join)
-                img_size = 64 if ckpt else 128
-                backbone = small_adapter(img_size, ckpt)
+                backbone = small_adapter(128, pretrained.get(join),
+                                         args.level1_source)
                 if model == 'det-vit':
                     base = DET_BASE.format(JOIN_SUFFIX[join])
                     over = det_overrides(
@@ -358,9 +374,9 @@ def plan(args, data, pretrained):
                 else:
                     base = SEG_BASE.format(JOIN_SUFFIX[join])
                     over = seg_overrides(ade, backbone, args.seg_iters,
-                                         args.lr, seed)
+                                         args.lr, seed, args.seg_crop)
                 runs.append(
-                    (f'{model}-{join}_s{seed}', join, seed, base, over))
+                    (f'{model}-{join}{tag}_s{seed}', join, seed, base, over))
     return runs
 
 
@@ -382,7 +398,8 @@ def main(argv=None):
     pool = ThreadPoolExecutor(args.jobs)
     pretrained = {}
     if args.pretrain:
-        generate_pos_shapes(data['deit'], num_train=4000, num_val=400, size=64)
+        generate_pos_shapes(
+            data['deit'], num_train=4000, num_val=400, size=128)
         joins = [j for j in args.joins]
         suffix = {
             'Default': '',
@@ -427,13 +444,13 @@ def main(argv=None):
     for name, label, seed, _, _ in runs:
         m = results[name]
 
-        def fmt(key, scale=1.):
-            return f'{m[key] * scale:.3f}' if key in m else '-'
+        def fmt(key, digits=3):
+            return f'{m[key]:.{digits}f}' if key in m else '-'
 
         kind = name.split('_s')[0]
         print(f'| {kind} | {seed} | {fmt("coco/bbox_mAP")} | '
               f'{fmt("coco/bbox_mAP_50")} | {fmt("coco/segm_mAP")} | '
-              f'{fmt("mIoU")} | {m["wall_s"]:.0f} |')
+              f'{fmt("mIoU", 1)} | {m["wall_s"]:.0f} |')
 
 
 if __name__ == '__main__':

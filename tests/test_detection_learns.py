@@ -5,20 +5,24 @@ training run through tools/train.py and tools/test.py on generated COCO
 data whose box AP50 must clear a floor that the official stride-4 fusion
 (``level1_source='spm+up'``, about 0.00 at this schedule) cannot reach.
 """
-import json
-import os
 import os.path as osp
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from mmlape.datasets import generate_coco_instances
 from mmlape.models import LaPEViTAdapter
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
 import bench_dense_learning as bench  # noqa: E402
+
+#: Box AP50 the short run below must reach. Measured at this schedule
+#: (seeds 0 and 1): 0.48 and 0.48 with the fix; with the official stride-4
+#: fusion ``level1_source='spm+up'`` the detector diverges and scores
+#: at most 0.01 (README, "Do the dense models learn?").
+AP50_FLOOR = 0.25
 
 
 def small(**kwargs):
@@ -86,3 +90,24 @@ def test_batch_of_one_gets_the_same_gradients():
     pair = grad(img, weights)
     single = grad(img[:1], [w[:1] for w in weights])
     torch.testing.assert_close(single, pair[:1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_mask_rcnn_vit_adapter_learns_to_detect(tmp_path):
+    """Five epochs of the small ViT-Adapter Mask R-CNN on 96 generated
+    images (batch 4, AdamW 6e-4, seeded) through tools/train.py and
+    tools/test.py: box AP50 on 16 validation images clears the floor.
+    About two minutes of one CPU core (OMP_NUM_THREADS is inherited)."""
+    data = str(tmp_path / 'coco') + '/'
+    generate_coco_instances(data, num_train=96, num_val=16, seed=0)
+    overrides = bench.det_overrides(
+        data,
+        bench.small_adapter(128), [96] * 4,
+        epochs=5,
+        lr=6e-4,
+        seed=0,
+        milestone=4)
+    config = bench.write_config(
+        str(tmp_path / 'config.py'), bench.DET_BASE.format(''), overrides)
+    metrics = bench.train_and_test(config, str(tmp_path / 'work'))
+    assert metrics['coco/bbox_mAP_50'] >= AP50_FLOOR, metrics
