@@ -285,6 +285,71 @@ def train_and_test(config, work, threads=None):
     return metrics
 
 
+def stride4_report(config, checkpoint, num_images=16):
+    """What the trained ViT-Adapter Mask R-CNN's stride-4 level is made of,
+    and how well its RPN finds the objects, on the validation images.
+
+    Returns the shares of the level's pre-norm variance that come from the
+    spatial prior module's stride-4 feature (``c1``), from the transposed
+    convolution of the stride-8 output (``up``, official fusion only) and
+    from the ViT feature, and the RPN's recall at IoU 0.5 among its 10 and
+    100 best proposals.
+    """
+    import torch
+    from mmdet.registry import DATASETS, MODELS
+    from mmdet.structures.bbox import bbox_overlaps
+    from mmengine.config import Config
+    from mmengine.dataset import pseudo_collate
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+
+    import mmlape  # noqa: F401
+    init_default_scope('mmdet')
+    cfg = Config.fromfile(config)
+    model = MODELS.build(cfg.model)
+    load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
+    model.eval()
+    dataset = DATASETS.build(cfg.val_dataloader.dataset)
+    data = model.data_preprocessor(
+        pseudo_collate(
+            [dataset[i] for i in range(min(num_images, len(dataset)))]), False)
+    backbone, parts = model.backbone, {}
+    hooks = [
+        backbone.spm.register_forward_hook(
+            lambda m, a, o: parts.__setitem__('c1', o[0])),
+        backbone.norm1.register_forward_pre_hook(
+            lambda m, a: parts.__setitem__('level', a[0]))
+    ]
+    if backbone.up is not None:
+        hooks.append(
+            backbone.up.register_forward_hook(
+                lambda m, a, o: parts.__setitem__('up', o)))
+    with torch.no_grad():
+        feats = model.neck(backbone(data['inputs']))
+        proposals = model.rpn_head.predict(
+            feats, data['data_samples'], rescale=False)
+    for h in hooks:
+        h.remove()
+    parts['vit'] = parts['level'] - parts['c1'] - parts.get('up', 0)
+
+    def var(t):
+        return float(t.var((0, 2, 3)).mean())
+
+    total = var(parts['level'])
+    report = {
+        f'level1 var share {k}': var(parts[k]) / total
+        for k in ('c1', 'up', 'vit') if k in parts
+    }
+    for k in (10, 100):
+        found = sum(
+            int((bbox_overlaps(s.gt_instances.bboxes, p.bboxes[:k]).max(
+                1).values >= 0.5).sum())
+            for p, s in zip(proposals, data['data_samples']))
+        total_gt = sum(len(s.gt_instances) for s in data['data_samples'])
+        report[f'RPN recall@{k}'] = found / total_gt
+    return report
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument(
@@ -333,6 +398,11 @@ def parse_args(argv=None):
         'ITERS iterations (generated position-shapes set, 128x128, patch '
         '16) and initialise the ViT-Adapters from it; 0 trains from '
         'scratch')
+    parser.add_argument(
+        '--diagnose',
+        action='store_true',
+        help='after training, report what the stride-4 level of every '
+        'ViT-Adapter Mask R-CNN is made of and its RPN recall')
     parser.add_argument(
         '--jobs', type=int, default=1, help='runs at the same time')
     parser.add_argument(
@@ -451,6 +521,15 @@ def main(argv=None):
         print(f'| {kind} | {seed} | {fmt("coco/bbox_mAP")} | '
               f'{fmt("coco/bbox_mAP_50")} | {fmt("coco/segm_mAP")} | '
               f'{fmt("mIoU", 1)} | {m["wall_s"]:.0f} |')
+    if args.diagnose:
+        print()
+        for name, *_ in runs:
+            if name.startswith('det-vit'):
+                report = stride4_report(
+                    osp.join(work, name, 'config.py'),
+                    results[name]['checkpoint'])
+                print(name,
+                      ', '.join(f'{k} {v:.3f}' for k, v in report.items()))
 
 
 if __name__ == '__main__':
