@@ -29,10 +29,6 @@ model = dict(
         interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
         window_size=[14, 14, 0, 14, 14, 0, 14, 14, 0, 14, 14, 0],
         vit_feature_source='last',
-        # the stride-4 level from the spatial prior module alone: the
-        # official up(c2) + c1 ('spm+up') stops Mask R-CNN learning on
-        # small data (README, "Do the dense models learn?")
-        level1_source='spm',
         adapter_norm_cfg=dict(type='SyncBN', requires_grad=True),
         init_cfg=dict(
             type='Pretrained', checkpoint=pretrained, prefix='backbone.')),

@@ -8,14 +8,15 @@ References:
 
 The stride-4 level: the official code builds it as ``up(c2) + c1``, a 2x2
 transposed convolution of the stride-8 interaction output plus the spatial
-prior module's own stride-4 feature. Trained on small data (issue 16 and the
-README's "Do the dense models learn?") the transposed-convolution term grows
-to about 99% of that level's variance, so the level the RPN anchors and the
-RoI heads use for objects under 112 pixels carries the coarse interaction
-stream instead of stride-4 detail, and Mask R-CNN stops learning to detect.
-``level1_source='spm'`` builds the level from the spatial prior module's
-feature alone (the Mask R-CNN configs' choice); ``'spm+up'``, the default,
-keeps the official sum, so official checkpoints load as they are.
+prior module's own stride-4 feature; that is the default
+(``level1_source='spm+up'``), so official checkpoints load as they are.
+Trained from scratch on small data, the transposed-convolution term comes
+to dominate that level's variance and Mask R-CNN learns to detect more
+slowly; ``level1_source='spm'`` builds the level from the spatial prior
+module's feature alone (docs/recipes.md has the measurements).
+The pyramid maps are made contiguous before their batch norms: on CPU,
+torch's batch-norm backward mis-strides the input gradient of a strided
+one-image map, which stopped the detector learning at all.
 
 The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
 interaction, with the PE plan of the backbone's join: LaPE/PVG reach the
@@ -95,8 +96,7 @@ class LaPEViTAdapter(LaPEViT):
             feature when ``add_vit_feature``); or ``'spm+up'``, plus a 2x2
             transposed convolution (``up``) of the stride-8 interaction
             output, as in the official code. Defaults to ``'spm+up'`` (the
-            official architecture); the Mask R-CNN configs choose ``'spm'``
-            (see the note at the top of this module).
+            official architecture; see the note at the top of this module).
         adapter_norm_cfg (dict): Norm of the spatial prior module and of the
             four output norms. Defaults to ``dict(type='BN')``; the GPU
             configs use SyncBN.
