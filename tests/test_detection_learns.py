@@ -105,7 +105,8 @@ def test_mask_rcnn_vit_adapter_learns_to_detect(tmp_path):
         data,
         # the spatial prior module's stride-4 level converges within this
         # short schedule; the official fusion needs about 12 epochs here
-        bench.small_adapter(128, level1_source='spm'), [96] * 4,
+        bench.small_adapter(128, level1_source='spm'),
+        [96] * 4,
         epochs=5,
         lr=6e-4,
         seed=0,
