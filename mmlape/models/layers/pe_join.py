@@ -113,6 +113,7 @@ class PEPlanCache:
         size (int): Grids kept. Defaults to 8.
 
     Example:
+        >>> import torch
         >>> join = build_pe_join('LaPE', num_layers=1, embed_dims=8,
         ...                      with_cls_token=False)
         >>> pos, norms = torch.randn(1, 4, 8), [join.build_layer_norm(0)]
