@@ -279,7 +279,12 @@ def test_methods_doc_is_the_reference():
 
 def test_ci_runs_the_docstring_examples():
     """``make test`` (what CI runs) ends with the doctests of mmlape."""
-    out = run(['make', '-n', 'test'])
-    lines = out.stdout.strip().splitlines()
+    # Under a parent make (CI may run one) make prints 'Entering/Leaving
+    # directory' lines; they are not commands.
+    out = run(['make', '--no-print-directory', '-n', 'test'])
+    lines = [
+        line for line in out.stdout.strip().splitlines()
+        if not line.startswith('make')
+    ]
     assert '-m pytest --doctest-modules mmlape' in lines[-1]
     assert '-m pytest' in lines[-2] and '--doctest' not in lines[-2]
