@@ -309,7 +309,7 @@ def stride4_report(config, checkpoint, num_images=16):
     model = MODELS.build(cfg.model)
     load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     model.eval()
-    dataset = DATASETS.build(cfg.val_dataloader.dataset)
+    dataset = DATASETS.build(cfg.test_dataloader.dataset)
     data = model.data_preprocessor(
         pseudo_collate(
             [dataset[i] for i in range(min(num_images, len(dataset)))]), False)
@@ -481,7 +481,7 @@ def main(argv=None):
         def pretrain(join):
             name = f'deit-{join}'
             cfg = write_config(
-                osp.join(work, name, 'config.py'),
+                osp.join(work, 'configs', name + '.py'),
                 f'configs/demo/deit-demo{suffix[join]}_pos-shapes.py',
                 deit_overrides(data['deit'], join, args.pretrain, 0))
             m = train_and_test(cfg, osp.join(work, name), args.threads)
@@ -496,7 +496,7 @@ def main(argv=None):
 
     def one(run_):
         name, label, seed, base, over = run_
-        cfg = write_config(osp.join(work, name, 'config.py'), base, over)
+        cfg = write_config(osp.join(work, 'configs', name + '.py'), base, over)
         m = train_and_test(cfg, osp.join(work, name), args.threads)
         print(f'{name}: {m}', flush=True)
         return name, m
@@ -526,7 +526,7 @@ def main(argv=None):
         for name, *_ in runs:
             if name.startswith('det-vit'):
                 report = stride4_report(
-                    osp.join(work, name, 'config.py'),
+                    osp.join(work, 'configs', name + '.py'),
                     results[name]['checkpoint'])
                 print(name,
                       ', '.join(f'{k} {v:.3f}' for k, v in report.items()))
