@@ -4,7 +4,7 @@ PYTHON ?= python3
 export PYTHON
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format
+.PHONY: install demo test test-quick doctest lint format
 
 install:
 	bash scripts/install.sh
@@ -21,5 +21,14 @@ format:
 	$(PYTHON) -m isort mmlape tools tests configs benchmarks scripts setup.py
 	$(PYTHON) -m yapf --in-place --recursive mmlape tools tests configs benchmarks scripts setup.py
 
+# CI: everything, the docstring examples included.
 test: install lint
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider
+
+# The quick loop while editing (no subprocess or training runs).
+test-quick:
+	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+doctest:
+	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider

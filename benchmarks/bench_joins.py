@@ -1,74 +1,108 @@
-"""Cost of each PE join for DeiT-Ti at 224x224, as ratios in one run.
+"""Cost of each PE join, as ratios in one run: DeiT-Ti (224x224), and the
+other ViT-family backbones T2T-ViT-7 (224x224) and ViT-Lite-7/4 (32x32).
 
-For every join and for mmpretrain's own ``VisionTransformer`` (the model
-mmlape's default join replaces) it measures parameters, FLOPs, the time of
-an eval forward (no grad) and of a train step (forward + backward), and the
-activation memory a train step keeps for backward. Timings are interleaved
-across models, round by round, and the fastest round counts (see
-``timing.py``); ratios are against mmlape's default join measured in the
-same run.
+For every join and, for DeiT-Ti, for mmpretrain's own ``VisionTransformer``
+(the model mmlape's default join replaces) it measures parameters, FLOPs,
+the time of an eval forward (no grad) and of a train step (forward +
+backward), and the activation memory a train step keeps for backward.
+Timings are interleaved across models, round by round, and the fastest
+round counts (see ``timing.py``); ratios are against mmlape's default join
+measured in the same run.
 
 Targets: LaPE/PVG/MPVG train <= 1.03x and eval <= 1.01x the default join;
-the default join <= 1.02x mmpretrain's VisionTransformer.
+the default join <= 1.02x mmpretrain's VisionTransformer (DeiT-Ti).
 
 Example:
     python benchmarks/bench_joins.py --batch 8 --rounds 15 --out bench.md
+    python benchmarks/bench_joins.py --model t2t-vit-7
+    python benchmarks/bench_joins.py --model vit-lite-7/4 --batch 64
+    python benchmarks/bench_joins.py --swin   # Swin-Ti (section at the end)
 """
 import argparse
 import os.path as osp
 import sys
+import time
 
 import torch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from timing import interleaved_minima  # noqa: E402
 
-MODELS = {
-    'mmpretrain ViT':
-    dict(type='VisionTransformer', arch='deit-tiny'),
-    'default':
-    dict(type='LaPEViT', arch='deit-tiny', pe_join='Default'),
-    'share':
-    dict(type='LaPEViT', arch='deit-tiny', pe_join='Share'),
-    'unshare':
-    dict(type='LaPEViT', arch='deit-tiny', pe_join='Unshare'),
-    'LaPE':
-    dict(type='LaPEViT', arch='deit-tiny', pe_join='LaPE'),
-    'PVG':
+GAP = dict(with_cls_token=False, out_type='avg_featmap')
+#: model -> input size, default batch, classes, joins (name, pe_join,
+#: extra backbone args), mmpretrain's counterpart (or None)
+ARCHS = {
+    'deit-tiny':
     dict(
-        type='LaPEViT',
-        arch='deit-tiny',
-        pe_join='PVG',
-        with_cls_token=False,
-        out_type='avg_featmap'),
-    'MPVG':
+        size=224,
+        batch=8,
+        classes=1000,
+        joins=[('default', 'Default', {}), ('share', 'Share', {}),
+               ('unshare', 'Unshare', {}), ('LaPE', 'LaPE', {}),
+               ('PVG', 'PVG', GAP), ('MPVG', 'MPVG', GAP)],
+        mmpretrain=dict(
+            type='VisionTransformer',
+            arch='deit-tiny',
+            img_size=224,
+            patch_size=16)),
+    # (mmpretrain's T2T_ViT has no Performer token layers: no counterpart;
+    # a fixed PE: no Unshare)
+    't2t-vit-7':
     dict(
-        type='LaPEViT',
-        arch='deit-tiny',
-        pe_join='MPVG',
-        with_cls_token=False,
-        out_type='avg_featmap'),
+        size=224,
+        batch=8,
+        classes=1000,
+        joins=[('default', 'Default', {}), ('share', 'Share', {}),
+               ('LaPE', 'LaPE', {}), ('PVG', 'PVG', GAP),
+               ('MPVG', 'MPVG', GAP)],
+        mmpretrain=None),
+    'vit-lite-7/4':
+    dict(
+        size=32,
+        batch=64,
+        classes=100,
+        joins=[('default', 'Default', {}), ('share', 'Share', {}),
+               ('unshare', 'Unshare', {}), ('LaPE', 'LaPE', {}),
+               ('PVG', 'PVG', GAP), ('MPVG', 'MPVG', GAP)],
+        mmpretrain=None),
 }
 TARGETS = {'train': 1.03, 'eval': 1.01}
 
 
-def build(name):
+def model_configs(arch):
+    """Backbone configs of every model timed for ``arch``, by name."""
+    spec = ARCHS[arch]
+    models = {}
+    if spec['mmpretrain'] is not None:
+        models['mmpretrain ViT'] = spec['mmpretrain']
+    for name, join, extra in spec['joins']:
+        models[name] = dict(
+            type='LaPEViT',
+            arch=arch,
+            img_size=spec['size'],
+            pe_join=join,
+            **extra)
+    return models
+
+
+def build(backbone, arch):
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS as REG
     from mmpretrain.utils import register_all_modules
 
     import mmlape  # noqa: F401
+    from mmlape.models import LaPEViT
     register_all_modules(init_default_scope=False)
-    cfg = dict(MODELS[name], img_size=224, patch_size=16)
+    dims = LaPEViT.arch_zoo[arch]['embed_dims']
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = REG.build(
             dict(
                 type='ImageClassifier',
-                backbone=cfg,
+                backbone=backbone,
                 head=dict(
                     type='VisionTransformerClsHead',
-                    num_classes=1000,
-                    in_channels=192)))
+                    num_classes=ARCHS[arch]['classes'],
+                    in_channels=dims)))
     return model
 
 
@@ -110,7 +144,12 @@ def activation_mb(model, img):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--batch', type=int, default=8)
+    parser.add_argument('--model', default='deit-tiny', choices=list(ARCHS))
+    parser.add_argument(
+        '--batch',
+        type=int,
+        default=None,
+        help="default: 8 at 224x224, 64 for ViT-Lite's 32x32")
     parser.add_argument('--rounds', type=int, default=15)
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument(
@@ -120,13 +159,28 @@ def main():
         help='torch threads (1: least noise from the rest of '
         'a small machine; on 2 cores, 2-thread ratios move '
         'by +-3%% between runs)')
+    parser.add_argument(
+        '--clock',
+        choices=('wall', 'cpu'),
+        default='wall',
+        help='wall time, or the CPU time of this process (with 1 thread: '
+        'what other processes on a busy machine do not inflate)')
     parser.add_argument('--out', help='also write the table (markdown)')
+    parser.add_argument(
+        '--swin', action='store_true', help='time Swin-Ti instead (below)')
     args = parser.parse_args()
+    if args.swin:
+        return swin_main(args)
+    spec = ARCHS[args.model]
+    batch = args.batch or spec['batch']
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    img = torch.randn(args.batch, 3, 224, 224)
-    target = torch.randint(0, 1000, (args.batch, ))
-    models = {name: build(name) for name in MODELS}
+    img = torch.randn(batch, 3, spec['size'], spec['size'])
+    target = torch.randint(0, spec['classes'], (batch, ))
+    models = {
+        name: build(cfg, args.model)
+        for name, cfg in model_configs(args.model).items()
+    }
 
     def step(model, mode):
         if mode == 'train':
@@ -134,8 +188,9 @@ def main():
         else:
             eval_step(model, img)
 
+    clock = time.process_time if args.clock == 'cpu' else time.perf_counter
     med = interleaved_minima(
-        models, step, rounds=args.rounds, warmup=args.warmup)
+        models, step, rounds=args.rounds, warmup=args.warmup, clock=clock)
     base = med['default']
     rows = []
     header = ('| model | params | GFLOPs | eval ms | eval x | train ms | '
@@ -157,15 +212,122 @@ def main():
                     failed.append(f'{name} {mode} '
                                   f'{med[name][mode] / base[mode]:.3f}x > '
                                   f'{limit}x')
-    ref = med['mmpretrain ViT']
-    for mode in ('eval', 'train'):
-        if base[mode] / ref[mode] > 1.02:
-            failed.append(f'default {mode} {base[mode] / ref[mode]:.3f}x '
-                          f'mmpretrain ViT > 1.02x')
+    size = spec['size']
+    note = (f'{args.model}, {size}x{size}, batch {batch}, {args.threads} CPU '
+            f'threads, {args.clock} clock, fastest of {args.rounds} '
+            f'interleaved rounds; x = ratio to the default join.')
+    if 'mmpretrain ViT' in med:
+        ref = med['mmpretrain ViT']
+        for mode in ('eval', 'train'):
+            if base[mode] / ref[mode] > 1.02:
+                failed.append(f'default {mode} {base[mode] / ref[mode]:.3f}x '
+                              f'mmpretrain ViT > 1.02x')
+        note += (f' Default vs mmpretrain ViT: eval '
+                 f'{base["eval"] / ref["eval"]:.3f}x, train '
+                 f'{base["train"] / ref["train"]:.3f}x.')
     table = '\n'.join(rows)
-    note = (f'DeiT-Ti, 224x224, batch {args.batch}, {args.threads} CPU '
-            f'threads, fastest of {args.rounds} interleaved rounds; x = ratio '
-            f'to the default join. Default vs mmpretrain ViT: eval '
+    print(table)
+    print(note)
+    print('targets: ' + ('all met' if not failed else '; '.join(failed)))
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(table + '\n\n' + note + '\n')
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Swin-Ti (``--swin``): mmlape's LaPESwin with each join against its default
+# join (Swin-T with an absolute PE at stage 1) and against mmpretrain's
+# SwinTransformer(arch='tiny', use_abs_pos_embed=True); GAP neck and a
+# 1000-way linear head, 224x224. Same timing, ratios and targets as above.
+SWIN_MODELS = {
+    'mmpretrain Swin':
+    dict(type='SwinTransformer', arch='tiny', use_abs_pos_embed=True),
+    'default':
+    dict(type='LaPESwin', arch='tiny', pe_join='Default'),
+    'LaPE':
+    dict(type='LaPESwin', arch='tiny', pe_join='LaPE'),
+    'PVG':
+    dict(type='LaPESwin', arch='tiny', pe_join='PVG'),
+    'MPVG':
+    dict(type='LaPESwin', arch='tiny', pe_join='MPVG'),
+}
+
+
+def build_swin(name):
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS as REG
+    from mmpretrain.utils import register_all_modules
+
+    import mmlape  # noqa: F401
+    register_all_modules(init_default_scope=False)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return REG.build(
+            dict(
+                type='ImageClassifier',
+                backbone=dict(SWIN_MODELS[name], img_size=224),
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(
+                    type='LinearClsHead', num_classes=1000, in_channels=768)))
+
+
+def swin_main(args):
+    args.batch = args.batch or 8
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    img = torch.randn(args.batch, 3, 224, 224)
+    target = torch.randint(0, 1000, (args.batch, ))
+    models = {name: build_swin(name) for name in SWIN_MODELS}
+
+    def step(model, mode):
+        if mode == 'train':
+            train_step(model, img, target)
+        else:
+            eval_step(model, img)
+
+    clock = time.process_time if args.clock == 'cpu' else time.perf_counter
+    best = interleaved_minima(
+        models, step, rounds=args.rounds, warmup=args.warmup, clock=clock)
+    base, ref = best['default'], best['mmpretrain Swin']
+    rows = [
+        '| Swin-Ti | params | GFLOPs | eval ms | eval x | train ms | '
+        'train x | act. MB |', '|' + '---|' * 8
+    ]
+    failed = []
+    for name, model in models.items():
+        params = sum(p.numel() for p in model.parameters())
+        gflops = flops_of(model.eval(), img) / 1e9
+        ev, tr = best[name]['eval'], best[name]['train']
+        rows.append(f'| {name} | {params / 1e6:.3f}M | {gflops:.3f} | '
+                    f'{ev * 1e3:.1f} | {ev / base["eval"]:.3f} | '
+                    f'{tr * 1e3:.1f} | {tr / base["train"]:.3f} | '
+                    f'{activation_mb(model, img):.1f} |')
+        if name in ('LaPE', 'PVG', 'MPVG'):
+            for mode, limit in TARGETS.items():
+                ratio = best[name][mode] / base[mode]
+                if ratio > limit:
+                    failed.append(f'{name} {mode} {ratio:.3f}x > {limit}x')
+    table = '\n'.join(rows)
+    # The joins' own work, timed alone: what a train step pays for the PE
+    # plan (norms and the carry through the mergings, forward + backward).
+    plan_ms = {}
+    for name in ('LaPE', 'PVG', 'MPVG'):
+        backbone = models[name].backbone.train()
+        times = []
+        for _ in range(args.rounds):
+            start = clock()
+            plan = backbone.pe_plan(backbone.grid_size)
+            terms = [plan.input, plan.final] + plan.attn
+            sum(t.sum() for t in terms if t is not None).backward()
+            times.append(clock() - start)
+        plan_ms[name] = min(times) * 1e3
+    table += '\n\nPE plan per train step (forward + backward): ' + ', '.join(
+        f'{name} {ms:.1f} ms ({ms / base["train"] / 10:.2f}%)'
+        for name, ms in plan_ms.items())
+    note = (f'Swin-Ti, 224x224, batch {args.batch}, {args.threads} CPU '
+            f'threads, fastest of {args.rounds} interleaved rounds '
+            f'({args.clock} time); x = ratio to the default join. Default vs '
+            f'mmpretrain Swin: eval '
             f'{base["eval"] / ref["eval"]:.3f}x, train '
             f'{base["train"] / ref["train"]:.3f}x.')
     print(table)

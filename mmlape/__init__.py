@@ -2,14 +2,22 @@
 
 Importing mmlape (``custom_imports=dict(imports=['mmlape'])`` in a config)
 registers its models in the ``mmlape`` scope and in mmengine's root
-registry, so mmpretrain, mmdet and mmseg configs can name them, and makes
+registry, so mmpretrain, mmdet and mmseg configs can name them; makes
 mmengine load local checkpoints safely under torch >= 2.6
-(:mod:`mmlape.utils.safe_load`).
+(:mod:`mmlape.utils.safe_load`); and lets configs inherit mmlape's own with
+``_base_ = 'mmlape::deit/...'``. It imports no host task library
+(mmpretrain, mmdet, mmseg): the few parts that build on one import it when
+they are used.
 """
+from mmengine.config.utils import MODULE2PACKAGE
+
 from .utils.safe_load import install_safe_loading
 from .version import __version__, version_info
 
 install_safe_loading()
+# mmengine resolves ``pkg::path`` bases only for the packages it knows;
+# mmlape's configs are installed in mmlape/.mim/configs (see setup.py).
+MODULE2PACKAGE.setdefault('mmlape', 'mmlape')
 
 from . import engine, models  # noqa: E402,F401  (registers them)
 

@@ -3,7 +3,8 @@
 References:
     mmengine's hierarchical registries: a scoped registry (``mmdet``,
     ``mmseg``, ``mmpretrain``) looks a name up in itself and then in its
-    parents, up to mmengine's root registry.
+    parents, up to mmengine's root registry; ``_scope_`` in a config dict
+    switches the scope a dict is built in.
 
 mmlape registers each backbone twice: in its own ``mmlape`` scope (so that
 ``type='mmlape.LaPEViT'`` always works) and in mmengine's root ``MODELS``
@@ -12,25 +13,113 @@ resolves by its plain name under ``default_scope='mmpretrain'``, ``'mmdet'``
 and ``'mmseg'`` alike, without mmlape importing those packages. Names
 registered this way carry a ``LaPE`` prefix so that they cannot shadow or be
 shadowed by a host's own classes.
+
+mmlape's configs are host configs (their ``default_scope`` is mmpretrain,
+mmdet or mmseg). When another config inherits one as
+``_base_ = 'mmlape::...'``, mmengine stamps ``_scope_='mmlape'`` on the
+dicts that config defines (pipelines, schedulers, a whole model), so they
+are built in the ``mmlape`` scope. Its registries therefore resolve a name
+they do not hold as the host would: in the innermost default scope other
+than ``mmlape`` (the config's own host), then in mmengine's root.
 """
+from importlib import import_module
 from typing import Callable, Optional, Type
 
+import mmengine.registry as mmengine_registry
 from mmengine.registry import MODELS as MMENGINE_MODELS
-from mmengine.registry import Registry
+from mmengine.registry import DefaultScope, Registry
 
-__all__ = ['MODELS', 'PE_JOINS', 'register_model']
+__all__ = [
+    'FFNS', 'HOOKS', 'MODELS', 'PE_JOINS', 'POOLINGS', 'TOKENIZERS',
+    'TRANSFORMS', 'register_model', 'host_scope'
+]
+
+SCOPE = 'mmlape'
+
+
+def host_scope() -> Optional[str]:
+    """The innermost default scope that is not ``mmlape``, if any.
+
+    Building a dict with ``_scope_='mmlape'`` makes ``mmlape`` the current
+    default scope for a while; the host scope is the one it covers (the
+    runner's ``default_scope``, e.g. ``mmdet``).
+    """
+    # mmengine keeps the DefaultScope instances in creation order; the
+    # current one is the last (DefaultScope.get_current_instance).
+    instances = list(getattr(DefaultScope, '_instance_dict', {}).values())
+    for instance in reversed(instances):
+        if instance.scope_name != SCOPE:
+            return instance.scope_name
+    return None
+
+
+class _ScopeRegistry(Registry):
+    """A registry of the ``mmlape`` scope that falls back on the host's."""
+
+    def get(self, key: str) -> Optional[Type]:
+        scope, real_key = self.split_scope_key(key)
+        if scope is None and real_key not in self._module_dict:
+            host = host_scope()
+            if host is not None:
+                try:
+                    import_module(f'{host}.registry')
+                except ImportError:
+                    pass
+                registry = self._get_root_registry()._search_child(host)
+                if registry is not None and registry is not self:
+                    try:
+                        found = registry.get(key)
+                    except RuntimeError:  # not a name the host knows
+                        found = None
+                    if found is not None:
+                        return found
+        return super().get(key)
+
 
 #: Models of the ``mmlape`` scope (a child of mmengine's root registry).
-MODELS = Registry(
-    'model',
-    parent=MMENGINE_MODELS,
-    scope='mmlape',
-    locations=['mmlape.models'])
+MODELS = _ScopeRegistry(
+    'model', parent=MMENGINE_MODELS, scope=SCOPE, locations=['mmlape.models'])
+
+#: The ``mmlape`` child of every other mmengine root registry (datasets,
+#: transforms, metrics, schedulers, ...): empty, they resolve names in the
+#: host scope, so that configs inheriting ``mmlape::`` bases build.
+#: ``_LOCATIONS``: where the registries holding mmlape's classes find them.
+_LOCATIONS = {
+    'hook': ['mmlape.engine.hooks'],
+    'transform': ['mmlape.datasets.transforms'],
+}
+SCOPE_REGISTRIES = {'model': MODELS}
+for _name in mmengine_registry.__all__:
+    _root = getattr(mmengine_registry, _name)
+    if (isinstance(_root, Registry) and _root.parent is None
+            and _root is not MMENGINE_MODELS):
+        SCOPE_REGISTRIES[_root.name] = _ScopeRegistry(
+            _root.name,
+            parent=_root,
+            scope=SCOPE,
+            locations=_LOCATIONS.get(_root.name, []))
+
+#: Hooks of the ``mmlape`` scope; ``AtomicCheckpointHook`` is also in
+#: mmengine's root registry, so every host scope finds it by name.
+HOOKS = SCOPE_REGISTRIES['hook']
+
+#: Data transforms of the ``mmlape`` scope (``type='mmlape.<name>'``).
+TRANSFORMS = SCOPE_REGISTRIES['transform']
 
 #: Position-embedding joins (``pe_join=dict(type=...)``). Kept apart from
 #: ``MODELS``: a join is a part of a backbone, never a model on its own.
 PE_JOINS = Registry(
-    'pe join', scope='mmlape', locations=['mmlape.models.layers.pe_join'])
+    'pe join', scope=SCOPE, locations=['mmlape.models.layers.pe_join'])
+
+#: Parts of the one ViT, chosen by config like the joins: how an image
+#: becomes tokens (``tokenizer=dict(type='T2T')``), the feed-forward network
+#: of every block (``ffn=dict(type='LeFF')``) and how the tokens become one
+#: vector (``pooling=dict(type='SeqPool')``).
+TOKENIZERS = Registry(
+    'tokenizer', scope='mmlape', locations=['mmlape.models.layers.tokenizers'])
+FFNS = Registry('ffn', scope='mmlape', locations=['mmlape.models.layers.ffn'])
+POOLINGS = Registry(
+    'pooling', scope='mmlape', locations=['mmlape.models.layers.pooling'])
 
 
 def register_model(name: Optional[str] = None,
@@ -48,6 +137,7 @@ def register_model(name: Optional[str] = None,
             Defaults to False.
 
     Example:
+        >>> import torch
         >>> @register_model()
         ... class LaPEToyBackbone(torch.nn.Module):
         ...     pass

@@ -31,26 +31,29 @@ if "$PY" scripts/check_env.py --part torch --quiet; then
     say "keeping the installed torch/torchvision: $("$PY" -c \
         'import torch, torchvision; print(torch.__version__, torchvision.__version__)')"
 else
-    # The registry's torch 2.13.0 + torchvision 0.28.0 import and run
-    # together (also on CPU-only machines). A local find-links entry on
-    # some machines offers a CPU-only torch with no matching torchvision:
-    # hide the local pip configuration for this one call.
+    # The registry's torch + torchvision of requirements/torch.txt import
+    # and run together (also on CPU-only machines). A local find-links
+    # entry on some machines offers a CPU-only torch with no matching
+    # torchvision: hide the local pip configuration for this one call.
     say "torch + torchvision (requirements/torch.txt)"
     env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null \
         "${PIP[@]}" -r requirements/torch.txt
 fi
 
 if ! "$PY" scripts/check_env.py --part mmcv --quiet; then
-    say "mmcv 2.1.0 with ops, built against the installed torch" \
+    # The pins come from requirements/openmmlab.txt (the one place).
+    MMENGINE=$("$PY" scripts/check_env.py --pin mmengine)
+    MMCV=$("$PY" scripts/check_env.py --pin mmcv)
+    say "$MMCV with ops, built against the installed torch" \
         "(about 13 minutes on 2 cores the first time; cached afterwards)"
-    "${PIP[@]}" "mmengine==0.10.7"
+    "${PIP[@]}" "$MMENGINE"
     reinstall=()
     if "$PY" -c 'import importlib.metadata as m; m.version("mmcv")' \
         >/dev/null 2>&1; then
         reinstall=(--force-reinstall --no-deps)  # installed without ops
     fi
     MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
-        "${PIP[@]}" --no-build-isolation "${reinstall[@]}" "mmcv==2.1.0"
+        "${PIP[@]}" --no-build-isolation "${reinstall[@]}" "$MMCV"
 fi
 
 say "OpenMMLab packages, runtime and test requirements"

@@ -1,4 +1,15 @@
+"""Shared test setup and helpers.
+
+Test modules import the helpers by name (``from conftest import ROOT,
+run``); pytest puts this folder on ``sys.path``. Tests that start
+subprocesses or train end to end carry ``@pytest.mark.slow``:
+``pytest -m "not slow"`` is the quick loop, CI runs everything.
+"""
 import os
+import os.path as osp
+import subprocess
+import sys
+from typing import List, Optional
 
 import pytest
 import torch
@@ -6,7 +17,101 @@ import torch
 os.environ.setdefault('OMP_NUM_THREADS', '2')
 torch.set_num_threads(2)
 
+#: The repository root (tools and configs are run from here).
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+#: The demo config, relative to ROOT.
+DEMO = 'configs/demo/deit-demo_pos-shapes.py'
+#: A tiny ViT for tests: 64 dims, 4 layers (``arch='test-tiny'``) on 32x32
+#: inputs of 8x8 patches (a 4x4 grid).
+IMG = 32
+
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def run(args: List[str],
+        check: bool = True,
+        threads: int = 1,
+        timeout: int = 900,
+        cwd: str = ROOT,
+        env: Optional[dict] = None,
+        **kwargs) -> subprocess.CompletedProcess:
+    """Run a command from the repository root, capturing its output.
+
+    Args:
+        args (list[str]): The command.
+        check (bool): Fail the test, with the output's tail, when the
+            command exits non-zero. Defaults to True.
+        threads (int): ``OMP_NUM_THREADS`` of the command. Defaults to 1.
+        timeout (int): Seconds. Defaults to 900.
+        cwd (str): Working directory. Defaults to the repository root.
+        env (dict, optional): Extra environment variables.
+    """
+    full_env = dict(
+        os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS=str(threads))
+    full_env.update(env or {})
+    out = subprocess.run(
+        args,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        **kwargs)
+    if check and out.returncode:
+        raise AssertionError(f'{args} failed:\n{out.stdout[-3000:]}\n'
+                             f'{out.stderr[-3000:]}')
+    return out
+
+
+def run_python(args: List[str], threads: int = 2, **kwargs) -> str:
+    """Run ``python ARGS`` (this interpreter) from the repository root.
+
+    Returns:
+        str: stdout and stderr together.
+    """
+    out = run([sys.executable] + list(args), threads=threads, **kwargs)
+    return out.stdout + out.stderr
+
+
+def tiny_vit(pe_join='Default',
+             with_cls_token: bool = True,
+             out_type: str = 'raw',
+             **kwargs):
+    """The tiny test ViT (``test-tiny``, 32x32 inputs, 8x8 patches)."""
+    from mmlape.models import LaPEViT
+    return LaPEViT(
+        'test-tiny',
+        img_size=IMG,
+        patch_size=8,
+        pe_join=pe_join,
+        with_cls_token=with_cls_token,
+        out_type=out_type,
+        **kwargs)
+
+
+def demo_options(data: str, iters: int, interval: int) -> List[str]:
+    """``--cfg-options`` that point the demo config at ``data`` and shrink
+    it to ``iters`` iterations (checkpoints every ``interval``)."""
+    return ['--cfg-options'] + [
+        f'{s}_dataloader.dataset.data_root={data}'
+        for s in ('train', 'val', 'test')
+    ] + [
+        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
+        f'default_hooks.checkpoint.interval={interval}',
+        'default_hooks.checkpoint.max_keep_ckpts=5',
+        'train_dataloader.batch_size=8', 'param_scheduler.0.end=2',
+        'param_scheduler.1.begin=2', f'param_scheduler.1.end={iters}',
+        'default_hooks.logger.interval=1'
+    ]
+
+
+@pytest.fixture(scope='session')
+def pos_shapes_data(tmp_path_factory) -> str:
+    """A small generated position-shapes set (64 train, 16 val images)."""
+    from mmlape.datasets import generate_pos_shapes
+    root = str(tmp_path_factory.mktemp('pos_shapes'))
+    generate_pos_shapes(root, num_train=64, num_val=16, seed=1)
+    return root

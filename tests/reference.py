@@ -1,7 +1,7 @@
-"""Reference forward passes written from SPEC.md's equations.
+"""Reference forward passes written from docs/methods.md's equations.
 
 Deliberately independent of mmlape's plan machinery: plain tensor ops on the
-model's weights, one equation per line of the spec.
+model's weights, one equation per line of docs/methods.md.
 """
 import math
 

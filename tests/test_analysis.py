@@ -6,15 +6,16 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import DEMO as DEMO_CONFIG
+from conftest import ROOT
 
 from mmlape.analysis import build_from_config
 from mmlape.datasets import generate_pos_shapes
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from tools.analysis import complexity, pe_similarity, token_pe_correlation
 
-DEMO = osp.join(ROOT, 'configs/demo/deit-demo_pos-shapes.py')
+DEMO = osp.join(ROOT, DEMO_CONFIG)
 
 
 def make(tmp_path, name, backbone):

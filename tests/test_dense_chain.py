@@ -3,33 +3,17 @@ tools/train.py initialises ViT-Adapter Mask R-CNN (COCO format), ViT-Adapter
 UperNet and Segmenter (ADE20K format), each trained with tools/train.py and
 evaluated with tools/test.py. The configs are the real ones, shrunk."""
 import json
-import os
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
 import torch
+from conftest import ROOT, run_python
 
 from mmlape.datasets import (generate_ade20k, generate_coco_instances,
                              generate_pos_shapes)
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 ARCH = dict(embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=192)
 LOADER = dict(num_workers=0, persistent_workers=False)
-
-
-def run(args):
-    env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='2')
-    out = subprocess.run(
-        [sys.executable] + args,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    return out.stdout + out.stderr
 
 
 @pytest.fixture(scope='module')
@@ -48,7 +32,7 @@ def lape_checkpoint(tmp_path_factory):
         'param_scheduler.1.begin=1', 'param_scheduler.1.end=2',
         'train_dataloader.batch_size=8'
     ]
-    run([
+    run_python([
         'tools/train.py', 'configs/demo/deit-demo-lape_pos-shapes.py',
         '--work-dir',
         str(tmp / 'work'), '--cfg-options'
@@ -69,10 +53,10 @@ def shrunk(tmp, base, **overrides):
 
 def train_and_test(config, tmp):
     work = str(tmp / 'work')
-    log = run(['tools/train.py', config, '--work-dir', work])
+    log = run_python(['tools/train.py', config, '--work-dir', work])
     with open(osp.join(work, 'last_checkpoint')) as f:
         ckpt = f.read().strip()
-    run(['tools/test.py', config, ckpt, '--work-dir', work])
+    run_python(['tools/test.py', config, ckpt, '--work-dir', work])
     with open(osp.join(work, 'test_metrics.json')) as f:
         return json.load(f), log
 
@@ -92,6 +76,7 @@ def assert_initialised_from(log, ckpt):
     assert 'Loaded' in log and ckpt in log, 'backbone not initialised'
 
 
+@pytest.mark.slow
 def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
     data = str(tmp_path / 'coco') + '/'
     generate_coco_instances(data, num_train=4, num_val=2, size=(128, 160))
@@ -192,6 +177,7 @@ def ade(data):
 SLIDE = dict(mode='slide', crop_size=(64, 64), stride=(48, 48))
 
 
+@pytest.mark.slow
 def test_upernet_vit_adapter_lape(lape_checkpoint, tmp_path):
     data = str(tmp_path / 'ade')
     generate_ade20k(data, num_train=4, num_val=2, size=(96, 128))
@@ -210,6 +196,7 @@ def test_upernet_vit_adapter_lape(lape_checkpoint, tmp_path):
     assert 'mIoU' in metrics and 0 <= metrics['mIoU'] <= 100
 
 
+@pytest.mark.slow
 def test_segmenter_lape(lape_checkpoint, tmp_path):
     data = str(tmp_path / 'ade')
     generate_ade20k(data, num_train=4, num_val=2, size=(96, 128))

@@ -1,22 +1,14 @@
-"""Each join against the reference written from SPEC.md's equations."""
+"""Each join against the reference written from docs/methods.md."""
 import pytest
 import torch
+from conftest import IMG, tiny_vit
 from reference import reference_forward, reference_relative_lape
 
 from mmlape.models import LaPEViT, build_pe_join, resize_pos_embed
 
-IMG = 32  # 4x4 patches of 8 pixels
-
 
 def tiny(pe_join, with_cls_token=True, out_type='raw', **kwargs):
-    model = LaPEViT(
-        'test-tiny',
-        img_size=IMG,
-        patch_size=8,
-        pe_join=pe_join,
-        with_cls_token=with_cls_token,
-        out_type=out_type,
-        **kwargs)
+    model = tiny_vit(pe_join, with_cls_token, out_type, **kwargs)
     # Non-trivial norms, so that a mixed-up norm cannot pass unnoticed.
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -98,10 +90,10 @@ def test_pe_norm_runs_after_resize():
     hw = (6, 3)
     with torch.no_grad():
         plan = model.pe_plan(hw)
-        pos = resize_pos_embed(model.pos_embed, (4, 4), hw, 1)
+        pos = resize_pos_embed(model.pos_embed, (4, 4), hw)
         want = model.blocks[0].pe_norm(pos)
         other = resize_pos_embed(model.blocks[0].pe_norm(model.pos_embed),
-                                 (4, 4), hw, 1)
+                                 (4, 4), hw)
     torch.testing.assert_close(plan.attn[0], want)
     assert plan.attn[0].shape == (1, 1 + 18, 64)
     assert not torch.allclose(plan.attn[0], other, atol=1e-3)

@@ -8,7 +8,7 @@ from mmengine.runner import Runner, load_checkpoint
 from torch.utils.data import Dataset
 
 import mmlape  # noqa: F401  (installs safe loading)
-from mmlape.utils import UnsafeCheckpointError
+from mmlape.utils import UnsafeCheckpointError, safe_torch_load
 
 
 class ToyModel(BaseModel):
@@ -112,3 +112,20 @@ def test_arbitrary_pickled_object_is_refused(tmp_path, capsys):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match='does not exist'):
         load_checkpoint(ToyModel(), str(tmp_path / 'nope.pth'))
+
+
+def test_official_training_checkpoint_with_args_loads(tmp_path):
+    """The official DeiT/LaPE ``main.py`` saves its ``argparse.Namespace``
+    beside the weights; it loads, and a pickled callable still does not."""
+    import argparse
+    path = str(tmp_path / 'checkpoint.pth')
+    args = argparse.Namespace(model='deit_tiny_patch16_224', lr=5e-4)
+    torch.save({'model': {'w': torch.ones(2)}, 'args': args, 'epoch': 3}, path)
+    ckpt = safe_torch_load(path)
+    assert ckpt['args'].model == 'deit_tiny_patch16_224'
+    assert ckpt['args'].lr == 5e-4
+    assert torch.equal(ckpt['model']['w'], torch.ones(2))
+    evil = argparse.Namespace(hook=print)
+    torch.save({'args': evil}, path)
+    with pytest.raises(UnsafeCheckpointError, match='builtins.print'):
+        safe_torch_load(path)

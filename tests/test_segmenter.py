@@ -93,6 +93,7 @@ SEG_CONFIGS = [
 ]
 
 
+@pytest.mark.slow  # a real train step and slide test per config
 @pytest.mark.parametrize(
     'config', SEG_CONFIGS, ids=['default', 'lape', 'pvg', 'mpvg'])
 def test_segmenter_configs_train_step_and_slide_test(config, tmp_path):
@@ -100,16 +101,16 @@ def test_segmenter_configs_train_step_and_slide_test(config, tmp_path):
     inference on generated ADE20K-format data (non-square images)."""
     import os.path as osp
 
+    from conftest import ROOT
     from mmengine.config import Config
     from mmengine.dataset import pseudo_collate
     from mmengine.optim import build_optim_wrapper
     from mmseg.registry import DATASETS, MODELS
 
     from mmlape.datasets import generate_ade20k
-    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
     data = str(tmp_path / 'ade')
     generate_ade20k(data, num_train=2, num_val=1, size=(80, 112))
-    cfg = Config.fromfile(osp.join(root, config))
+    cfg = Config.fromfile(osp.join(ROOT, config))
     arch = dict(
         embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128)
     cfg.model.backbone.update(arch=arch, img_size=64, init_cfg=None)

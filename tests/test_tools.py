@@ -3,53 +3,13 @@ generated data (CPU)."""
 import json
 import os
 import os.path as osp
-import subprocess
 import sys
 
 import pytest
 import torch
+from conftest import DEMO, demo_options, run
 
 from mmlape.datasets import generate_pos_shapes
-
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DEMO = 'configs/demo/deit-demo_pos-shapes.py'
-
-
-def run(args, check=True, **kwargs):
-    env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1')
-    out = subprocess.run(
-        args,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        **kwargs)
-    if check and out.returncode:
-        raise AssertionError(f'{args} failed:\n{out.stdout[-3000:]}\n'
-                             f'{out.stderr[-3000:]}')
-    return out
-
-
-@pytest.fixture(scope='module')
-def data(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('pos_shapes'))
-    generate_pos_shapes(root, num_train=64, num_val=16, seed=1)
-    return root
-
-
-def options(data, iters, interval):
-    return ['--cfg-options'] + [
-        f'{s}_dataloader.dataset.data_root={data}'
-        for s in ('train', 'val', 'test')
-    ] + [
-        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-        f'default_hooks.checkpoint.interval={interval}',
-        'default_hooks.checkpoint.max_keep_ckpts=5',
-        'train_dataloader.batch_size=8', 'param_scheduler.0.end=2',
-        'param_scheduler.1.begin=2', f'param_scheduler.1.end={iters}',
-        'default_hooks.logger.interval=1'
-    ]
 
 
 def test_generated_set_is_deterministic_and_in_imagenet_layout(tmp_path):
@@ -66,33 +26,23 @@ def test_generated_set_is_deterministic_and_in_imagenet_layout(tmp_path):
         (b / 'train/top_left/00000.png').read_bytes()
 
 
-def test_dist_train_two_cpu_processes_then_resume(data, tmp_path):
+@pytest.mark.slow
+def test_dist_train_two_cpu_processes_then_resume(pos_shapes_data, tmp_path):
+    data = pos_shapes_data
     full, resumed = str(tmp_path / 'full'), str(tmp_path / 'resumed')
-    env = dict(os.environ, PORT='29611', OMP_NUM_THREADS='1')
-    out = subprocess.run(
+    out = run(
         ['bash', 'tools/dist_train.sh', DEMO, '2', '--work-dir', full] +
-        options(data, 6, 2),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        demo_options(data, 6, 2),
+        env=dict(PORT='29611'))
     log = out.stdout + out.stderr
     assert 'Distributed launcher: pytorch' in log or 'world_size: 2' in log
     ckpt4 = osp.join(full, 'iter_4.pth')
-    env['PORT'] = '29612'
-    out = subprocess.run(
+    out = run(
         [
             'bash', 'tools/dist_train.sh', DEMO, '2', '--work-dir', resumed,
             '--resume', ckpt4
-        ] + options(data, 6, 2),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        ] + demo_options(data, 6, 2),
+        env=dict(PORT='29612'))
     log = out.stdout + out.stderr
     assert 'resumed epoch: 0, iter: 4' in log
     assert 'Iter(train) [5/6]' in log and 'Iter(train) [1/6]' not in log
@@ -109,16 +59,18 @@ def test_dist_train_two_cpu_processes_then_resume(data, tmp_path):
             torch.testing.assert_close(state_b[idx][name], state_a[idx][name])
 
 
-def test_train_then_test_single_process(data, tmp_path):
+@pytest.mark.slow
+def test_train_then_test_single_process(pos_shapes_data, tmp_path):
+    data = pos_shapes_data
     work = str(tmp_path / 'single')
     run([sys.executable, 'tools/train.py', DEMO, '--work-dir', work] +
-        options(data, 3, 3))
+        demo_options(data, 3, 3))
     out = run([
         sys.executable, 'tools/test.py', DEMO,
         osp.join(work, 'iter_3.pth'), '--work-dir', work, '--out',
         osp.join(work, 'preds.pkl'), '--show-dir',
         osp.join(work, 'vis')
-    ] + options(data, 3, 3))
+    ] + demo_options(data, 3, 3))
     with open(osp.join(work, 'test_metrics.json')) as f:
         metrics = json.load(f)
     assert 0 <= metrics['accuracy/top1'] <= 100
@@ -131,12 +83,14 @@ def test_train_then_test_single_process(data, tmp_path):
     assert 'accuracy/top1' in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ['config', 'data', 'join', 'resume', 'amp'])
-def test_bad_input_is_one_clear_error(case, data, tmp_path):
+def test_bad_input_is_one_clear_error(case, pos_shapes_data, tmp_path):
+    data = pos_shapes_data
     args = [
         sys.executable, 'tools/train.py', DEMO, '--work-dir',
         str(tmp_path / case)
-    ] + options(data, 2, 2)
+    ] + demo_options(data, 2, 2)
     expect = {
         'config': 'config file "nope.py" does not exist',
         'data': 'dataset path "/no/such/dir" does not exist',
@@ -164,6 +118,7 @@ def test_bad_input_is_one_clear_error(case, data, tmp_path):
         assert osp.isfile(tmp_path / 'other.pth')  # nothing saved is lost
 
 
+@pytest.mark.slow
 def test_demo_quick(tmp_path):
     work = str(tmp_path / 'demo')
     out = run([

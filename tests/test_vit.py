@@ -1,21 +1,10 @@
 """The ViT backbone: sizes, gradients, caching, slicing, checkpoints."""
 import pytest
 import torch
+from conftest import IMG
+from conftest import tiny_vit as tiny
 
 from mmlape.models import LaPEViT
-
-IMG = 32
-
-
-def tiny(pe_join='Default', with_cls_token=True, out_type='raw', **kwargs):
-    return LaPEViT(
-        'test-tiny',
-        img_size=IMG,
-        patch_size=8,
-        pe_join=pe_join,
-        with_cls_token=with_cls_token,
-        out_type=out_type,
-        **kwargs)
 
 
 def n_params(model):
@@ -26,10 +15,12 @@ def gap_cfg():
     return dict(with_cls_token=False, out_type='avg_featmap')
 
 
-@pytest.mark.parametrize('arch,C', [('deit-tiny', 192), ('deit-small', 384),
-                                    ('deit-base', 768)])
+@pytest.mark.parametrize(
+    'arch,C', [('deit-tiny', 192),
+               pytest.param('deit-small', 384, marks=pytest.mark.slow),
+               pytest.param('deit-base', 768, marks=pytest.mark.slow)])
 def test_parameter_cost_per_join(arch, C):
-    """SPEC.md: LaPE +2C per layer; PVG -C (class token) -C (PE row)
+    """docs/methods.md: LaPE +2C per layer; PVG -C (class token) -C (PE row)
     +2C per layer 1..L-1; MPVG +2C more; Unshare +(L-1) PEs."""
     L, rows = 12, 197
     counts = {
@@ -237,7 +228,8 @@ def test_pretrained_resizes_pe_and_drops_class_token(tmp_path):
     dense.init_weights()
     assert dense.pos_embed.shape == (1, 64, 64)
     from mmlape.models import resize_pos_embed
-    want = resize_pos_embed(src.pos_embed[:, 1:], (4, 4), (8, 8), 0)
+    want = resize_pos_embed(
+        src.pos_embed[:, 1:], (4, 4), (8, 8), num_extra_tokens=0)
     torch.testing.assert_close(dense.pos_embed.data, want)
     torch.testing.assert_close(dense.blocks[3].pe_norm.weight,
                                src.blocks[3].pe_norm.weight)

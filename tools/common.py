@@ -1,49 +1,157 @@
-"""What ``tools/train.py`` and ``tools/test.py`` share."""
+"""What ``tools/train.py`` and ``tools/test.py`` share.
+
+Wrong input ends a tool with one line on stderr and exit status 2
+(:func:`fail`); under ``tools/dist_train.sh`` each rank also leaves its line
+in ``$MMLAPE_ERROR_DIR`` so that the script can end with the first rank's.
+"""
+import argparse
 import contextlib
+import logging
+import os
 import os.path as osp
 import sys
+import time
 import warnings
 
 # mmengine imports pkg_resources; its deprecation notice is not for users.
 warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
+from mmengine.config import DictAction
+
+from mmlape.utils.errors import ConfigError, InputError, one_line
 from mmlape.utils.launch import UsageError
 
-__all__ = ['UsageError', 'fail', 'finish', 'load_config', 'setup_runner']
+__all__ = [
+    'CfgOptionsAction', 'ConfigError', 'InputError', 'ToolParser',
+    'UsageError', 'fail', 'finish', 'load_config', 'positive_int',
+    'setup_runner'
+]
+
+#: Errors that building objects from a config raises for a bad config:
+#: mmengine's registry (KeyError: unknown type; TypeError: unknown
+#: argument) and the options checks of model ``__init__``s (ValueError).
+#: They count as input errors only while the tools build from the config.
+SETUP_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError)
+
+
+class ToolParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line and exit status 2."""
+
+    def error(self, message: str):
+        message = f'{message} (see {self.prog} --help)'
+        _report(message, 'input')
+        self.exit(2, f'error: {message}\n')
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'expected a positive integer, got "{text}"') from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f'expected a positive integer, got {value}')
+    return value
+
+
+class CfgOptionsAction(DictAction):
+    """mmengine's ``DictAction`` (``KEY=VALUE``, ``KEY=V1,V2``,
+    ``KEY=[(V1,V2),V3]``), refusing a malformed entry through the parser
+    instead of with a traceback."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for item in values or []:
+            if '=' not in item or item.startswith('='):
+                parser.error(f'{option_string} expects KEY=VALUE, got '
+                             f'"{item}"')
+            try:
+                super().__call__(parser, namespace, [item], option_string)
+            except AssertionError as err:  # DictAction's bracket check
+                parser.error(f'{option_string} "{item}": {err}')
+
+
+def _report(message: str, kind: str) -> None:
+    """Leave this rank's outcome where ``tools/dist_launch.sh`` looks for
+    it: ``rank{RANK}.{kind}`` holding the time (ns) and the message."""
+    folder = os.environ.get('MMLAPE_ERROR_DIR')
+    if not folder:
+        return
+    rank = os.environ.get('RANK', '0')
+    try:
+        with open(osp.join(folder, f'rank{rank}.{kind}'), 'w') as f:
+            f.write(f'{time.time_ns()} {message}\n')
+    except OSError:
+        pass
 
 
 @contextlib.contextmanager
-def fail():
-    """Turn input errors into one line on stderr and exit status 2."""
+def fail(running: bool = False):
+    """Turn input errors into one line on stderr and exit status 2.
+
+    Args:
+        running (bool): The block runs the runner (``runner.train()``,
+            ``runner.test()``): only mmlape's
+            :class:`~mmlape.utils.errors.InputError` counts as an input
+            error there; anything else is a bug and keeps its traceback.
+            Otherwise (reading the config and building from it) the errors
+            of :data:`SETUP_ERRORS` count too. Defaults to False.
+    """
+    caught = InputError if running else (InputError, ) + SETUP_ERRORS
     try:
         yield
-    except SyntaxError as err:
-        print(
-            f'error: config "{err.filename}" line {err.lineno}: '
-            f'{err.msg}',
-            file=sys.stderr)
-        sys.exit(2)
-    except (UsageError, FileNotFoundError, ValueError, KeyError,
-            TypeError) as err:
-        message = str(err).strip().strip('"')
+    except caught as err:
+        if isinstance(err, KeyError) and err.args:
+            message = ' '.join(str(err.args[0]).split())
+        else:
+            message = one_line(err)
+        _report(message, 'input')
         print(f'error: {message}', file=sys.stderr)
-        sys.exit(2)
+        _exit(2)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as err:
+        _report(f'{type(err).__name__}: {one_line(err)}', 'bug')
+        raise
+
+
+def _exit(code: int) -> None:
+    import torch.distributed as dist
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if dist.is_available() and dist.is_initialized():
+        # Leave without the interpreter's teardown: gloo threads still
+        # running at exit can abort the process and change its status.
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
 
 
 def load_config(path, cfg_options, launcher, work_dir):
-    from mmengine.config import Config, DictAction  # noqa: F401
+    """Read a config, apply ``--cfg-options`` and set launcher and work dir.
+
+    Raises:
+        UsageError: The file does not exist or has a syntax error (naming
+            the file and line), or an option cannot be applied.
+    """
+    from mmengine.config import Config
+
+    from mmlape.utils.launch import merge_cfg_options
     if not osp.isfile(path):
         raise UsageError(f'config file "{path}" does not exist')
-    cfg = Config.fromfile(path)
+    try:
+        cfg = Config.fromfile(path)
+    except SyntaxError as err:
+        # mmengine parses the files without their names: find the file.
+        found = _syntax_error(path) or err
+        where = found.filename if found.filename not in (None, '<unknown>',
+                                                         '<string>') else path
+        line = f' line {found.lineno}' if found.lineno else ''
+        raise UsageError(
+            f'config "{where}"{line}: {found.msg or found}') from None
     if cfg_options:
-        options = {}
-        for item in cfg_options:
-            if '=' not in item:
-                raise UsageError(f'--cfg-options expects key=value, got '
-                                 f'"{item}"')
-            key, value = item.split('=', 1)
-            options[key] = _parse_value(value)
-        cfg.merge_from_dict(options)
+        merge_cfg_options(cfg, cfg_options)
     cfg.launcher = launcher
     if work_dir is not None:
         cfg.work_dir = work_dir
@@ -53,28 +161,53 @@ def load_config(path, cfg_options, launcher, work_dir):
     return cfg
 
 
-def _parse_value(value):
+def _syntax_error(path, seen=None):
+    """The first syntax error in a config or its local ``_base_`` files,
+    with the file's name (None if there is none)."""
     import ast
+    seen = set() if seen is None else seen
+    if path in seen or not osp.isfile(path):
+        return None
+    seen.add(path)
+    with open(path, encoding='utf-8') as f:
+        source = f.read()
     try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        if ',' in value:
-            return [_parse_value(v) for v in value.split(',')]
-        return value
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as err:
+        return err
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == '_base_'
+                for t in node.targets)):
+            continue
+        try:
+            bases = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+        for base in [bases] if isinstance(bases, str) else bases:
+            if isinstance(base, str) and '::' not in base:
+                found = _syntax_error(
+                    osp.normpath(osp.join(osp.dirname(path), base)), seen)
+                if found:
+                    return found
+    return None
 
 
 def setup_runner(cfg, phases):
-    """Register the scope's modules, check data paths, prepare CPU
+    """Register the scope's modules, check work dir and data, prepare CPU
     distributed runs and build the runner."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
     import mmlape  # noqa: F401  (models, safe checkpoint loading)
-    from mmlape.utils.launch import (check_dataset_paths,
+    from mmlape.utils.launch import (check_dataset_paths, check_work_dir,
                                      register_scope_modules,
-                                     setup_cpu_distributed)
+                                     setup_cpu_distributed,
+                                     use_checked_image_loading)
     register_scope_modules(cfg)
+    check_work_dir(cfg.work_dir)
     check_dataset_paths(cfg, phases)
+    use_checked_image_loading(cfg, phases)
     setup_cpu_distributed(cfg)
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
@@ -92,12 +225,13 @@ def finish():
 
 def parse_common(parser, argv=None):
     """Add the flags train and test share, parse, and export LOCAL_RANK."""
-    import os
     parser.add_argument(
         '--cfg-options',
         nargs='+',
+        action=CfgOptionsAction,
         default=None,
-        help='override config entries: key=value ...')
+        help='override config entries: KEY=VALUE ..., as the OpenMMLab '
+        'tools (lists as V1,V2 or [V1,V2], tuples as (V1,V2))')
     parser.add_argument(
         '--launcher',
         choices=['none', 'pytorch', 'slurm', 'mpi'],

@@ -1,24 +1,12 @@
 #!/usr/bin/env bash
 # Distributed testing with torchrun: tools/dist_test.sh CONFIG CHECKPOINT GPUS [ARGS]
 # Multi-node: NNODES, NODE_RANK, MASTER_ADDR and PORT as in OpenMMLab.
-# Without CUDA the same command runs GPUS CPU processes (gloo).
+# Without CUDA the same command runs GPUS CPU processes (gloo). Wrong input
+# ends with the first rank's one-line error and exit status 2.
 set -euo pipefail
 CONFIG=$1
 CHECKPOINT=$2
 GPUS=$3
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-
-PYTHONPATH="$ROOT:${PYTHONPATH:-}" \
-exec "${PYTHON:-python3}" -m torch.distributed.run \
-    --nnodes="$NNODES" \
-    --node_rank="$NODE_RANK" \
-    --master_addr="$MASTER_ADDR" \
-    --nproc_per_node="$GPUS" \
-    --master_port="$PORT" \
-    "$ROOT/tools/test.py" \
-    "$CONFIG" "$CHECKPOINT" \
-    --launcher pytorch "${@:4}"
+TOOLS="$(cd "$(dirname "$0")" && pwd)"
+GPUS=$GPUS exec bash "$TOOLS/dist_launch.sh" "$TOOLS/test.py" \
+    "$CONFIG" "$CHECKPOINT" --launcher pytorch "${@:4}"

@@ -6,7 +6,6 @@ Example:
     python tools/test.py configs/deit/deit-tiny-lape_4xb256_in1k.py \
         work_dirs/deit-tiny-lape_4xb256_in1k/epoch_300.pth
 """
-import argparse
 import json
 import os
 import os.path as osp
@@ -14,12 +13,12 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import (UsageError, fail, finish, load_config, parse_common,
-                          setup_runner)
+from tools.common import (ToolParser, UsageError, fail, finish, load_config,
+                          parse_common, setup_runner)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Test a checkpoint')
+    parser = ToolParser(description='Test a checkpoint')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='where to save logs and metrics')
@@ -65,8 +64,9 @@ def main(argv=None):
             cfg.test_evaluator = evaluator
         runner = setup_runner(cfg, ('test', ))
         from mmlape.utils.launch import check_checkpoint_fits
-        check_checkpoint_fits(runner.model, args.checkpoint, 'checkpoint')
-    metrics = runner.test()
+        check_checkpoint_fits(runner.model, args.checkpoint, 'checkpoint', cfg)
+    with fail(running=True):
+        metrics = runner.test()
     from mmengine.dist import is_main_process
     if is_main_process():
         os.makedirs(cfg.work_dir, exist_ok=True)

@@ -8,17 +8,17 @@ Example:
     python tools/train.py configs/deit/deit-tiny-lape_4xb256_in1k.py
     tools/dist_train.sh configs/deit/deit-tiny-lape_4xb256_in1k.py 8
 """
-import argparse
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import fail, finish, load_config, parse_common, setup_runner
+from tools.common import (ToolParser, UsageError, fail, finish, load_config,
+                          parse_common, setup_runner)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Train a model')
+    parser = ToolParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='where to save logs and models')
     parser.add_argument(
@@ -26,8 +26,8 @@ def parse_args(argv=None):
         nargs='?',
         type=str,
         const='auto',
-        help='resume from this checkpoint; without a path, from the latest '
-        'checkpoint in the work dir')
+        help='resume from this checkpoint; without a path, from the newest '
+        'complete checkpoint in the work dir')
     parser.add_argument(
         '--amp',
         action='store_true',
@@ -45,8 +45,6 @@ def parse_args(argv=None):
 
 def build_cfg(args):
     import torch
-
-    from tools.common import UsageError
     cfg = load_config(args.config, args.cfg_options, args.launcher,
                       args.work_dir)
     if args.amp:
@@ -63,7 +61,12 @@ def build_cfg(args):
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
+        from mmlape.utils.launch import find_resume_checkpoint
+        found = find_resume_checkpoint(cfg)
+        if found is not None:
+            cfg.resume, cfg.load_from = True, found
+        else:  # nothing saved yet: the run starts as a fresh one would
+            cfg.resume = False
     elif args.resume is not None:
         cfg.resume, cfg.load_from = True, args.resume
     return cfg
@@ -75,10 +78,13 @@ def main(argv=None):
         cfg = build_cfg(args)
         phases = ('train', ) if args.no_validate else ('train', 'val')
         runner = setup_runner(cfg, phases)
-        if args.resume not in (None, 'auto'):
-            from mmlape.utils.launch import check_checkpoint_fits
-            check_checkpoint_fits(runner.model, args.resume, '--resume')
-    runner.train()
+        from mmlape.utils.launch import (check_checkpoint_fits,
+                                         note_finetune_sources)
+        if cfg.resume and cfg.load_from:
+            check_checkpoint_fits(runner.model, cfg.load_from, '--resume', cfg)
+        note_finetune_sources(cfg)
+    with fail(running=True):
+        runner.train()
     finish()
     return 0
 

@@ -74,7 +74,7 @@ test_cfg = dict()
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(
-        type='CheckpointHook',
+        type='AtomicCheckpointHook',
         by_epoch=False,
         interval=max_iters,
         max_keep_ckpts=1))

@@ -9,6 +9,11 @@ custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
 
 pretrained = 'pretrained/deit-tiny_in1k.pth'
 model = dict(
+    # The encoder is a DeiT: normalise as it was trained (ImageNet mean and
+    # std), as Segmenter does for DeiT encoders; mmseg's 127.5/127.5 belongs
+    # to the ViT checkpoint of its own config.
+    data_preprocessor=dict(
+        mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375]),
     pretrained=None,
     backbone=dict(
         _delete_=True,
@@ -24,3 +29,5 @@ model = dict(
         interpolate_mode='bicubic',
         init_cfg=dict(
             type='Pretrained', checkpoint=pretrained, prefix='backbone.')))
+
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -29,10 +29,6 @@ model = dict(
         interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
         window_size=[14, 14, 0, 14, 14, 0, 14, 14, 0, 14, 14, 0],
         vit_feature_source='last',
-        # the stride-4 level from the spatial prior module alone: the
-        # official up(c2) + c1 ('spm+up') stops Mask R-CNN learning on
-        # small data (README, "Do the dense models learn?")
-        level1_source='spm',
         adapter_norm_cfg=dict(type='SyncBN', requires_grad=True),
         init_cfg=dict(
             type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
@@ -70,7 +66,6 @@ train_pipeline = [
         crop_type='absolute_range',
         crop_size=(1024, 1024),
         allow_negative_crop=True),
-    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2)),
     dict(type='PackDetInputs')
 ]
 train_dataloader = dict(
@@ -81,19 +76,24 @@ optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(
         type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+    # As the official config: no decay for names containing these keys.
+    # The spatial prior module's BN weights (spm.*.weight) are decayed;
+    # the PE norms (blocks.{i}.pe_norm) contain "norm".
     paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
         custom_keys={
             'level_embed': dict(decay_mult=0.0),
             'pos_embed': dict(decay_mult=0.0),
-            'pe_norm': dict(decay_mult=0.0),
-        }))
+            'norm': dict(decay_mult=0.0),
+            'bias': dict(decay_mult=0.0),
+        }),
+    clip_grad=None)
 max_epochs = 36
 train_cfg = dict(max_epochs=max_epochs)
+# The official (mmcv) warm-up: lr * (r + (1 - r) * t / 500) for t < 500;
+# LinearLR reaches its end factor at iteration end - 1, hence end=501.
 param_scheduler = [
     dict(
-        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=500),
+        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=501),
     dict(
         type='MultiStepLR',
         begin=0,
@@ -102,5 +102,6 @@ param_scheduler = [
         milestones=[27, 33],
         gamma=0.1)
 ]
-default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=3))
+default_hooks = dict(
+    checkpoint=dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=3))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

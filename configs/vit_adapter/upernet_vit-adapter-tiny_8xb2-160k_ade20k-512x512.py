@@ -54,27 +54,30 @@ optim_wrapper = dict(
     optimizer=dict(
         type='AdamW', lr=12e-5, betas=(0.9, 0.999), weight_decay=0.01),
     constructor='LaPELayerDecayOptimWrapperConstructor',
-    paramwise_cfg=dict(
-        layer_decay_rate=0.95,
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
-        custom_keys={
-            'level_embed': dict(decay_mult=0.0),
-            'pos_embed': dict(decay_mult=0.0),
-            'pe_norm': dict(decay_mult=0.0),
-        }))
+    # As the official constructor: no decay for 1-D parameters (norms, PE
+    # norms, biases, layer scale); pos_embed and level_embed are decayed.
+    paramwise_cfg=dict(layer_decay_rate=0.95, flat_decay_mult=0.0),
+    clip_grad=None)
+# The official (mmcv) warm-up scales the poly rate of the same iteration:
+# lr(t) = lr * (1 - t / 160k) * (r + (1 - r) * t / 1500) for t < 1500.
+# mmengine's LinearLR and PolyLR reach their end values at iteration
+# end - 1, hence end=1501 and end=160001 for mmcv's 1500 and 160000.
 param_scheduler = [
     dict(
-        type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
+        type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1501),
     dict(
         type='PolyLR',
         power=1.0,
         eta_min=0.0,
         by_epoch=False,
-        begin=1500,
-        end=160000)
+        begin=0,
+        end=160001)
 ]
 default_hooks = dict(
     checkpoint=dict(
-        by_epoch=False, interval=16000, max_keep_ckpts=1, save_best='mIoU'))
+        type='AtomicCheckpointHook',
+        by_epoch=False,
+        interval=16000,
+        max_keep_ckpts=1,
+        save_best='mIoU'))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -1,4 +1,4 @@
-"""Layer-wise learning-rate decay for any model whose backbone has depths.
+"""Layer-wise learning-rate decay for any task that uses an mmlape backbone.
 
 References:
     mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` (the decay
@@ -6,21 +6,24 @@ References:
 
 mmpretrain's constructor needs ``get_layer_depth`` on the whole model, which
 mmpretrain classifiers have and mmseg/mmdet models do not; mmseg's own
-constructor only knows BEiT/ConvNeXt names. This one asks
+constructor only knows BEiT/ConvNeXt names.
+:class:`LaPELayerDecayOptimWrapperConstructor` asks
 ``model.backbone.get_layer_depth`` and gives every parameter outside the
 backbone (decode heads, necks) the full learning rate.
 """
 from typing import Callable, List, Optional
 
 import torch.nn as nn
-from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
+
+from mmlape.utils.checkpoint import BACKBONE_PREFIX
 
 __all__ = ['LaPELayerDecayOptimWrapperConstructor']
 
 
-@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+# Registered (lazily, by name) in mmlape/engine/__init__.py: importing this
+# module imports mmpretrain.
 class LaPELayerDecayOptimWrapperConstructor(
         LearningRateDecayOptimWrapperConstructor):
     """Layer decay through ``model.backbone.get_layer_depth``.
@@ -47,6 +50,6 @@ class LaPELayerDecayOptimWrapperConstructor(
                     f'none')
 
             def get_layer_depth(name: str):
-                return backbone.get_layer_depth(name, prefix='backbone.')
+                return backbone.get_layer_depth(name, prefix=BACKBONE_PREFIX)
 
         super().add_params(params, module, prefix, get_layer_depth, **kwargs)

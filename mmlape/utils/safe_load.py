@@ -11,21 +11,30 @@ testing fail on the few non-tensor objects an mmengine checkpoint carries.
 mmlape keeps ``weights_only=True`` and allow-lists exactly those objects. A
 checkpoint that carries anything else is refused with
 :class:`UnsafeCheckpointError`, which names the file and the offending
-globals.
+globals. A file that is not a checkpoint at all (empty, truncated, random
+bytes, damaged) is refused with :class:`~mmlape.utils.errors.CheckpointError`
+naming the file and the reason, before torch reads it.
 """
+import argparse
+import os.path as osp
 import pickle
+import re
+import struct
+import zipfile
 from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
 
+from .errors import CheckpointError, CheckpointNotFoundError
+
 __all__ = [
-    'UnsafeCheckpointError', 'openmmlab_safe_globals', 'safe_torch_load',
-    'install_safe_loading'
+    'UnsafeCheckpointError', 'check_checkpoint_file', 'openmmlab_safe_globals',
+    'safe_torch_load', 'install_safe_loading'
 ]
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
     """A checkpoint holds pickled objects that mmlape will not unpickle."""
 
 
@@ -73,14 +82,18 @@ def openmmlab_safe_globals() -> List[Any]:
     ``getattr`` limited to its statistics methods, the numpy array, dtype
     and scalar reconstructors it needs, and nothing else: optimizer and
     scheduler states, ``meta`` and model weights are tensors and plain
-    containers, which ``weights_only`` already accepts.
+    containers, which ``weights_only`` already accepts. Also
+    ``argparse.Namespace``: the official DeiT/LaPE ``main.py`` stores its
+    command line under ``args``; restoring one only sets attributes.
 
     Returns:
         list: Entries for ``torch.serialization.add_safe_globals``.
     """
     from mmengine.logging.history_buffer import HistoryBuffer
-    return [HistoryBuffer,
-            (history_buffer_method, 'builtins.getattr')] + _numpy_globals()
+    return [
+        argparse.Namespace, HistoryBuffer,
+        (history_buffer_method, 'builtins.getattr')
+    ] + _numpy_globals()
 
 
 def _unsafe_globals(filename: str) -> List[str]:
@@ -94,40 +107,112 @@ def _unsafe_globals(filename: str) -> List[str]:
         return []
 
 
-def safe_torch_load(filename: str, map_location: Optional[Any] = None) -> Any:
+def check_checkpoint_file(filename: str) -> None:
+    """Refuse a file that cannot be a checkpoint, before anything reads it.
+
+    A checkpoint is a zip archive (``torch.save``'s format) or a pickle
+    (the format before torch 1.6). An interrupted write or copy leaves a zip
+    archive without its directory, which is written last.
+
+    Args:
+        filename (str): Path of the checkpoint file.
+
+    Raises:
+        CheckpointNotFoundError: The file does not exist.
+        CheckpointError: The file is empty, truncated, or neither a zip
+            archive nor a pickle; the message names the file and the reason.
+    """
+    if not osp.isfile(filename):
+        raise CheckpointNotFoundError(
+            f'checkpoint "{filename}" does not exist')
+    try:
+        with open(filename, 'rb') as f:
+            head = f.read(4)
+    except OSError as err:
+        raise CheckpointError(f'checkpoint "{filename}" cannot be read: '
+                              f'{err.strerror}') from None
+    if not head:
+        raise CheckpointError(
+            f'checkpoint "{filename}" cannot be read: the file is empty')
+    if zipfile.is_zipfile(filename):
+        return
+    if head.startswith(b'PK'):
+        raise CheckpointError(
+            f'checkpoint "{filename}" cannot be read: it is truncated or '
+            f'damaged (a zip archive without its end record, as an '
+            f'interrupted save or copy leaves it)')
+    if not (head[0] == 0x80 and 2 <= head[1] <= 5):
+        raise CheckpointError(
+            f'checkpoint "{filename}" cannot be read: it is not a PyTorch '
+            f'checkpoint (neither a zip archive nor a pickle)')
+
+
+def _weights_only_reason(err: Exception) -> str:
+    """torch's specific reason, without its advice on how to load anyway."""
+    text = str(err).split('WeightsUnpickler error:')[-1]
+    for part in re.split(r'\n\s*\n', text):
+        part = ' '.join(part.split())
+        advice = ('Check the documentation', 'Weights only load failed')
+        if part and 'weights_only' not in part and not part.startswith(advice):
+            return part.rstrip('.')
+    return 'the data is not a valid checkpoint'
+
+
+def safe_torch_load(filename: str,
+                    map_location: Optional[Any] = None,
+                    mmap: bool = False) -> Any:
     """``torch.load`` with ``weights_only=True`` and a clear refusal.
 
     Args:
         filename (str): Path of the checkpoint file.
         map_location (optional): As for ``torch.load``. Defaults to None.
+        mmap (bool): Map the tensors' storage instead of reading it (zip
+            checkpoints only), to look at ``meta`` cheaply. Defaults to
+            False.
 
     Returns:
         The loaded object (usually a dict).
 
     Raises:
+        CheckpointNotFoundError: The file does not exist.
         UnsafeCheckpointError: The file holds pickled objects outside the
             allow-list of :func:`openmmlab_safe_globals`.
+        CheckpointError: The file is not a readable checkpoint (empty,
+            truncated, random bytes, damaged).
     """
+    filename = str(filename)
+    check_checkpoint_file(filename)
     try:
         return torch.load(
-            filename, map_location=map_location, weights_only=True)
+            filename,
+            map_location=map_location,
+            weights_only=True,
+            mmap=mmap and zipfile.is_zipfile(filename))
     except pickle.UnpicklingError as err:
-        offending = _unsafe_globals(str(filename))
-        names = ', '.join(offending) if offending else 'see below'
+        offending = _unsafe_globals(filename)
+        if not offending:
+            found = re.search(r'GLOBAL ([\w.]+)', str(err))
+            offending = [found.group(1)] if found else []
+        if not offending:
+            raise CheckpointError(f'checkpoint "{filename}" cannot be read: '
+                                  f'{_weights_only_reason(err)}') from None
         raise UnsafeCheckpointError(
             f'Refusing to load checkpoint "{filename}": it contains pickled '
             f'objects that are neither tensors nor OpenMMLab training state '
-            f'({names}). mmlape loads checkpoints with weights_only=True and '
-            f'never unpickles arbitrary objects. If you trust the file, '
-            f'convert it to a plain state dict first. Original error: '
-            f'{str(err).splitlines()[0]}') from None
+            f'({", ".join(offending)}). mmlape never unpickles arbitrary '
+            f'objects; if you trust the file, convert it to a plain state '
+            f'dict of tensors first.') from None
+    except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError,
+            struct.error) as err:
+        # What torch's readers raise on a damaged archive or a cut pickle.
+        reason = str(err).strip().splitlines()[0] if str(err).strip() \
+            else type(err).__name__
+        raise CheckpointError(f'checkpoint "{filename}" cannot be read: it '
+                              f'is damaged ({reason})') from None
 
 
 def _load_from_local(filename: str, map_location: Optional[Any] = None) -> Any:
-    import os.path as osp
     filename = osp.expanduser(filename)
-    if not osp.isfile(filename):
-        raise FileNotFoundError(f'Checkpoint "{filename}" does not exist')
     return safe_torch_load(filename, map_location=map_location)
 
 

@@ -16,7 +16,6 @@ Layers that receive no PE (beyond LaPE's eta) are NaN.
 Example:
     python tools/analysis/pe_similarity.py CONFIG CHECKPOINT --out-dir D
 """
-import argparse
 import os
 import os.path as osp
 import sys
@@ -26,11 +25,11 @@ import numpy as np
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from tools.common import fail
+from tools.common import ToolParser, fail, positive_int
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = ToolParser(description=__doc__.split('\n')[0])
     parser.add_argument('config')
     parser.add_argument('checkpoint')
     parser.add_argument('--out-dir', required=True)
@@ -41,7 +40,7 @@ def parse_args(argv=None):
         help='patch index (row-major); default: the centre')
     parser.add_argument(
         '--grid',
-        type=int,
+        type=positive_int,
         nargs=2,
         default=None,
         metavar=('H', 'W'),

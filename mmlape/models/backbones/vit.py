@@ -5,13 +5,18 @@ References:
     (Yu et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025); mmpretrain's
     ``VisionTransformer`` for the output types, ``out_indices`` and
     ``get_layer_depth`` conventions that OpenMMLab tools expect.
+    T2T-ViT (Yuan et al., ICCV 2021), CeiT (Wu et al., ICCV 2021), ViT-Lite
+    and CCT (Hassani et al., 2021) and their official code for the other
+    members of the arch zoo.
 
 DeiT (classification, mmpretrain) and Segmenter (segmentation, mmseg) are this
-backbone with different outputs; ViT-Adapter subclasses it. The only loop over
-encoder blocks is :meth:`LaPEViT.forward_blocks`.
+backbone with different outputs; ViT-Adapter subclasses it. T2T-ViT, CeiT,
+ViT-Lite and CCT are this backbone with other parts: a tokenizer
+(:mod:`~mmlape.models.layers.tokenizers`), an FFN
+(:mod:`~mmlape.models.layers.ffn`) and a pooling
+(:mod:`~mmlape.models.layers.pooling`), each chosen by config. The only loop
+over encoder blocks is :meth:`LaPEViT.forward_blocks`.
 """
-import math
-import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -23,14 +28,32 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmlape.registry import register_model
-from mmlape.utils.convert import convert_backbone, unwrap_state_dict
+from mmlape.registry import PE_JOINS, POOLINGS, TOKENIZERS, register_model
+from mmlape.utils.checkpoint import (BackboneSpec, fit_state_dict,
+                                     load_backbone_checkpoint)
 from ..layers.block import TransformerBlock
+from ..layers.parts import build_part, part_class
 from ..layers.pe_join import PEPlan, build_pe_join
+from ..layers.pooling import ClsTokenPool
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
+from ..layers.tokenizers import PatchEmbed
 
 __all__ = ['LaPEViT', 'PatchEmbed']
+
+#: Keys every arch has.
+ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
+#: Keys an arch may add: defaults of constructor arguments (``img_size``,
+#: ``tokenizer``, ``ffn``, ``pooling``, ``out_type``, ``with_cls_token``,
+#: ``pe_type``, ``qkv_bias``, ``norm_cfg``) and settings of the original
+#: model that have no argument of their own.
+ARCH_OPTIONS = ('img_size', 'tokenizer', 'ffn', 'pooling', 'out_type',
+                'with_cls_token', 'pe_type', 'qkv_bias', 'norm_cfg',
+                'qk_scale', 'norm2_in_residual', 'pos_embed_std',
+                'cls_token_std')
+
+_LN5 = dict(type='LN', eps=1e-5)
+_LN6 = dict(type='LN', eps=1e-6)
 
 
 def _to_2tuple(x: Union[int, Sequence[int]]) -> Tuple[int, int]:
@@ -42,82 +65,65 @@ def _to_2tuple(x: Union[int, Sequence[int]]) -> Tuple[int, int]:
     return x
 
 
-class PatchEmbed(nn.Module):
-    """Non-overlapping patches through a strided convolution (``proj``).
-
-    Args:
-        in_channels (int): Image channels.
-        embed_dims (int): Channels ``C``.
-        patch_size (int): Patch side.
-        bias (bool): Bias of the projection. Defaults to True.
-
-    Raises:
-        ValueError: When the image is not a whole number of patches.
-    """
-
-    def __init__(self,
-                 in_channels: int,
-                 embed_dims: int,
-                 patch_size: int,
-                 bias: bool = True) -> None:
-        super().__init__()
-        self.patch_size = patch_size
-        self.proj = nn.Conv2d(
-            in_channels,
-            embed_dims,
-            kernel_size=patch_size,
-            stride=patch_size,
-            bias=bias)
-
-    def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
-        h, w = x.shape[-2:]
-        p = self.patch_size
-        if h % p or w % p:
-            raise ValueError(
-                f'input of {h}x{w} pixels is not divisible by patch_size={p}:'
-                f' pad or resize it to a multiple of {p} (e.g. '
-                f'size_divisor={p} in the data preprocessor)')
-        x = self.proj(x)
-        hw = (x.shape[2], x.shape[3])
-        return x.flatten(2).transpose(1, 2), hw
+def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
+    """Whether the join a config names keeps a class token (unknown types
+    are left to :func:`build_pe_join` to refuse)."""
+    if pe_join is None:
+        return True
+    join_type = pe_join if isinstance(pe_join,
+                                      str) else dict(pe_join).get('type')
+    if isinstance(join_type, type):
+        return getattr(join_type, 'allows_cls_token', True)
+    lookup = {k.lower(): v for k, v in PE_JOINS.module_dict.items()}
+    cls = lookup.get(str(join_type).lower())
+    return True if cls is None else cls.allows_cls_token
 
 
 @register_model()
 class LaPEViT(BaseModule):
     """Vision Transformer whose position embedding join comes from config.
 
+    Arguments left at None take the arch's value (see ``arch_zoo``), else
+    the DeiT default given below.
+
     Args:
-        arch (str | dict): ``'deit-tiny'``, ``'deit-small'``, ``'deit-base'``,
-            ``'test-tiny'`` (64 dims, 4 layers, for tests), or a dict with
+        arch (str | dict): One of ``arch_zoo``: ``'deit-tiny'``,
+            ``'deit-small'``, ``'deit-base'``, ``'t2t-vit-7'``,
+            ``'ceit-tiny'``, ``'vit-lite-7/4'``, ``'cct-7/3x1'`` or
+            ``'test-tiny'`` (64 dims, 4 layers, for tests); or a dict with
             ``embed_dims``, ``num_layers``, ``num_heads``,
-            ``feedforward_channels``. Defaults to ``'deit-tiny'``.
-        img_size (int | tuple): Pretraining size; sets the PE grid.
-            Defaults to 224.
-        patch_size (int): Defaults to 16.
+            ``feedforward_channels`` and optionally any of
+            :data:`ARCH_OPTIONS`. Defaults to ``'deit-tiny'``.
+        img_size (int | tuple, optional): Pretraining size; sets the PE grid
+            through the tokenizer. Defaults to 224.
+        patch_size (int, optional): Patch side of the ``Patch`` tokenizer.
+            Defaults to 16.
         in_channels (int): Defaults to 3.
-        patch_bias (bool): Bias of the patch projection (DeiT has one,
-            mmseg's ViT not). Defaults to True.
+        patch_bias (bool, optional): Bias of the ``Patch`` tokenizer's
+            projection (DeiT has one, mmseg's ViT not). Defaults to True.
         pe_join (dict | str, optional): The join, e.g.
             ``dict(type='LaPE', hierarchical=True)``; one of ``Default``,
             ``Share``, ``Unshare``, ``LaPE``, ``PVG``, ``MPVG``. Defaults to
             ``Default``.
-        pe_type (str): ``learnable``, ``sincos1d``, ``sincos2d`` or
-            ``relative``. Defaults to ``learnable``.
-        with_cls_token (bool): Prepend a class token. Defaults to True.
-        out_type (str): ``'cls_token'`` (B, C), ``'avg_featmap'`` (GAP,
-            B, C), ``'featmap'`` (B, C, H, W) or ``'raw'`` (B, N', C).
-            Defaults to ``'cls_token'``.
+        pe_type (str, optional): ``learnable``, ``sincos1d``, ``sincos2d``
+            or ``relative``. Defaults to ``learnable``.
+        with_cls_token (bool, optional): Prepend a class token. Defaults to
+            True.
+        out_type (str, optional): ``'cls_token'`` (B, C), ``'avg_featmap'``
+            (GAP, B, C), ``'pooled'`` (the ``pooling`` part, B, C),
+            ``'featmap'`` (B, C, H, W) or ``'raw'`` (B, N', C). Defaults to
+            ``'cls_token'``.
         out_indices (int | Sequence[int]): Layers whose output is returned.
             Defaults to -1 (the last).
         final_norm (bool): Apply the final norm (``norm``) to the last
             layer's output. Defaults to True.
-        qkv_bias (bool): Defaults to True.
+        qkv_bias (bool, optional): Defaults to True.
         drop_rate (float): Dropout after the PE and in blocks.
             Defaults to 0.
         attn_drop_rate (float): Defaults to 0.
         drop_path_rate (float): Stochastic depth, linearly increasing over
             layers. Defaults to 0.
-        norm_cfg (dict): Norm of blocks, final norm and PE norms.
+        norm_cfg (dict, optional): Norm of blocks, final norm and PE norms.
             Defaults to ``dict(type='LN', eps=1e-6)``.
         layer_scale_init_value (float): 0 disables layer scale.
             Defaults to 0.
@@ -131,9 +137,25 @@ class LaPEViT(BaseModule):
         cache_pe_plan (bool): In eval mode without autograd, compute the PE
             plan once per grid and reuse it until weights change.
             Defaults to True.
+        tokenizer (dict | str, optional): How an image becomes tokens:
+            ``dict(type='Patch' | 'T2T' | 'I2T' | 'Conv', ...)``; stored as
+            ``patch_embed``. Defaults to ``Patch`` with ``patch_size`` and
+            ``patch_bias``.
+        ffn (dict | str, optional): The FFN of every block,
+            ``dict(type='MLP' | 'LeFF', ...)``. Defaults to ``MLP``.
+        pooling (dict | str, optional): With ``out_type='pooled'``:
+            ``dict(type='ClsToken' | 'GAP' | 'SeqPool' | 'LCA')``; stored as
+            ``pool``. ``'cls_token'`` and ``'avg_featmap'`` are the
+            ``ClsToken`` and ``GAP`` poolings. Defaults to None.
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
             prefix='backbone.')`` loads, converts and fits a checkpoint (see
             :meth:`load_pretrained`). Defaults to None.
+
+    Raises:
+        ValueError: A bad option (the message names it and what is
+            allowed), or a join that cannot apply to a part (e.g. PVG with
+            CeiT's LCA pooling, which needs a class token; the message says
+            how the papers or mmlape resolve it).
 
     Example:
         >>> vit = LaPEViT('test-tiny', img_size=64, pe_join=dict(type='LaPE'))
@@ -143,7 +165,17 @@ class LaPEViT(BaseModule):
         ...               with_cls_token=False, out_type='featmap')
         >>> vit(torch.randn(2, 3, 96, 64))[0].shape
         torch.Size([2, 64, 6, 4])
+        >>> cct = LaPEViT('cct-7/3x1', pe_join='LaPE')  # SeqPool, 32x32
+        >>> cct(torch.randn(2, 3, 32, 32))[0].shape
+        torch.Size([2, 256])
     """
+    #: What an option takes when neither its argument nor the arch sets it.
+    option_defaults = dict(
+        img_size=224,
+        pe_type='learnable',
+        out_type='cls_token',
+        with_cls_token=True,
+        qkv_bias=True)
     arch_zoo = {
         'deit-tiny':
         dict(
@@ -163,12 +195,71 @@ class LaPEViT(BaseModule):
             num_layers=12,
             num_heads=12,
             feedforward_channels=3072),
+        # T2T module with Performer token layers; fixed 1D sinusoidal PE;
+        # no qkv bias; LayerNorm eps 1e-5.
+        't2t-vit-7':
+        dict(
+            embed_dims=256,
+            num_layers=7,
+            num_heads=4,
+            feedforward_channels=512,
+            tokenizer=dict(type='T2T', token_dims=64, attention='performer'),
+            pe_type='sincos1d',
+            qkv_bias=False,
+            norm_cfg=_LN5),
+        # Image-to-Tokens stem, LeFF in every block, LCA over the 12 class
+        # tokens.
+        'ceit-tiny':
+        dict(
+            embed_dims=192,
+            num_layers=12,
+            num_heads=3,
+            feedforward_channels=768,
+            tokenizer=dict(type='I2T', conv_channels=64, patch_size=4),
+            ffn=dict(type='LeFF', kernel_size=3),
+            out_type='pooled',
+            pooling=dict(type='LCA'),
+            norm_cfg=_LN6),
+        # Compact-Transformers: 4x4 patches (Kaiming-normal) on 32x32, the
+        # FFN residual from the normalised stream, no qkv bias, PE std 0.2,
+        # class token starting at zero.
+        'vit-lite-7/4':
+        dict(
+            embed_dims=256,
+            num_layers=7,
+            num_heads=4,
+            feedforward_channels=512,
+            img_size=32,
+            tokenizer=dict(
+                type='Patch', patch_size=4, weight_init='kaiming_normal'),
+            qkv_bias=False,
+            norm_cfg=_LN5,
+            norm2_in_residual=True,
+            pos_embed_std=0.2,
+            cls_token_std=0.),
+        # As ViT-Lite-7/4 with one 3x3 conv + max-pool tokenizer and
+        # sequence pooling instead of a class token.
+        'cct-7/3x1':
+        dict(
+            embed_dims=256,
+            num_layers=7,
+            num_heads=4,
+            feedforward_channels=512,
+            img_size=32,
+            tokenizer=dict(type='Conv', num_layers=1, kernel_size=3),
+            with_cls_token=False,
+            out_type='pooled',
+            pooling=dict(type='SeqPool'),
+            qkv_bias=False,
+            norm_cfg=_LN5,
+            norm2_in_residual=True,
+            pos_embed_std=0.2),
         'test-tiny':
         dict(
             embed_dims=64, num_layers=4, num_heads=2,
             feedforward_channels=256),
     }
-    OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap')
+    OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
     #: Keys that a ViT checkpoint cannot have (modules a subclass adds);
     #: they are summarised, not warned about, when a checkpoint loads.
     new_key_pattern: Optional[str] = None
@@ -177,47 +268,54 @@ class LaPEViT(BaseModule):
 
     def __init__(self,
                  arch: Union[str, Dict] = 'deit-tiny',
-                 img_size: Union[int, Sequence[int]] = 224,
-                 patch_size: int = 16,
+                 img_size: Union[None, int, Sequence[int]] = None,
+                 patch_size: Optional[int] = None,
                  in_channels: int = 3,
-                 patch_bias: bool = True,
+                 patch_bias: Optional[bool] = None,
                  pe_join: Union[None, str, Dict] = None,
-                 pe_type: str = 'learnable',
-                 with_cls_token: bool = True,
-                 out_type: str = 'cls_token',
+                 pe_type: Optional[str] = None,
+                 with_cls_token: Optional[bool] = None,
+                 out_type: Optional[str] = None,
                  out_indices: Union[int, Sequence[int]] = -1,
                  final_norm: bool = True,
-                 qkv_bias: bool = True,
+                 qkv_bias: Optional[bool] = None,
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.,
-                 norm_cfg: Dict = dict(type='LN', eps=1e-6),
+                 norm_cfg: Optional[Dict] = None,
                  layer_scale_init_value: float = 0.,
                  window_size: Union[int, Sequence[int]] = 0,
                  interpolate_mode: str = 'bicubic',
                  frozen_stages: int = -1,
                  with_cp: bool = False,
                  cache_pe_plan: bool = True,
+                 tokenizer: Union[None, str, Dict] = None,
+                 ffn: Union[None, str, Dict] = None,
+                 pooling: Union[None, str, Dict] = None,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        self.arch_settings = self._parse_arch(arch)
-        self.embed_dims = self.arch_settings['embed_dims']
-        self.num_layers = self.arch_settings['num_layers']
-        self.patch_size = patch_size
-        self.img_size = _to_2tuple(img_size)
-        if self.img_size[0] % patch_size or self.img_size[1] % patch_size:
-            raise ValueError(f'img_size={self.img_size} is not divisible by '
-                             f'patch_size={patch_size}')
-        self.grid_size = (self.img_size[0] // patch_size,
-                          self.img_size[1] // patch_size)
-        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.arch_settings = arch = self._parse_arch(arch)
+
+        def pick(name, value, default):
+            return value if value is not None else arch.get(name, default)
+
+        defaults = self.option_defaults
+
+        self.embed_dims = arch['embed_dims']
+        self.num_layers = arch['num_layers']
+        self.img_size = _to_2tuple(
+            pick('img_size', img_size, defaults['img_size']))
+        pe_type = pick('pe_type', pe_type, defaults['pe_type'])
         if pe_type not in PE_TYPES:
             raise ValueError(f'Unknown pe_type={pe_type!r}; choose one of '
                              f'{list(PE_TYPES)}')
         self.pe_type = pe_type
+        out_type = pick('out_type', out_type, defaults['out_type'])
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'Unknown out_type={out_type!r}; choose one of '
                              f'{list(self.OUT_TYPES)}')
+        with_cls_token = pick('with_cls_token', with_cls_token,
+                              defaults['with_cls_token'])
         if out_type == 'cls_token' and not with_cls_token:
             raise ValueError("out_type='cls_token' needs with_cls_token=True")
         self.out_type = out_type
@@ -229,6 +327,18 @@ class LaPEViT(BaseModule):
         self.with_cp = with_cp
         self.cache_pe_plan = cache_pe_plan
         self._plan_cache: OrderedDict = OrderedDict()
+        norm_cfg = pick('norm_cfg', norm_cfg, _LN6)
+        qkv_bias = pick('qkv_bias', qkv_bias, defaults['qkv_bias'])
+        self.pos_embed_std = arch.get('pos_embed_std', .02)
+        self.cls_token_std = arch.get('cls_token_std', .02)
+
+        self.patch_embed = self._build_tokenizer(
+            pick('tokenizer', tokenizer, None), patch_size, patch_bias,
+            in_channels)
+        self.patch_size = self.patch_embed.stride
+        self.grid_size = tuple(self.patch_embed.out_grid(self.img_size))
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        pool_cfg = self._pooling_cfg(out_type, pooling, pe_join)
 
         self.pe_join = build_pe_join(
             pe_join,
@@ -239,8 +349,6 @@ class LaPEViT(BaseModule):
             num_patches=self.num_patches,
             norm_cfg=norm_cfg)
 
-        self.patch_embed = PatchEmbed(in_channels, self.embed_dims, patch_size,
-                                      patch_bias)
         if with_cls_token:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
         num_rows = self.num_patches + self.num_extra_tokens
@@ -270,12 +378,13 @@ class LaPEViT(BaseModule):
         self.out_indices = self._parse_out_indices(out_indices)
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         rel_grid = self.grid_size if pe_type == 'relative' else None
+        ffn_cfg = pick('ffn', ffn, None)
         self.blocks = nn.ModuleList()
         for i in range(self.num_layers):
             block = TransformerBlock(
                 self.embed_dims,
-                self.arch_settings['num_heads'],
-                self.arch_settings['feedforward_channels'],
+                arch['num_heads'],
+                arch['feedforward_channels'],
                 qkv_bias=qkv_bias,
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
@@ -283,11 +392,34 @@ class LaPEViT(BaseModule):
                 norm_cfg=norm_cfg,
                 layer_scale_init_value=layer_scale_init_value,
                 window_size=windows[i],
-                rel_pos_grid=rel_grid)
+                rel_pos_grid=rel_grid,
+                qk_scale=arch.get('qk_scale'),
+                ffn_cfg=ffn_cfg,
+                norm2_in_residual=arch.get('norm2_in_residual', False))
             pe_norm = self.pe_join.build_layer_norm(i)
             if pe_norm is not None:
                 block.pe_norm = pe_norm
             self.blocks.append(block)
+        self.pool = None
+        if pool_cfg is not None:
+            self.pool = build_part(
+                POOLINGS,
+                'pooling',
+                pool_cfg,
+                embed_dims=self.embed_dims,
+                num_layers=self.num_layers,
+                num_heads=arch['num_heads'],
+                feedforward_channels=arch['feedforward_channels'],
+                qkv_bias=qkv_bias,
+                drop_rate=drop_rate,
+                attn_drop_rate=attn_drop_rate,
+                norm_cfg=norm_cfg)
+            if (self.pool.last_layer_only
+                    and self.out_indices != [self.num_layers - 1]):
+                raise ValueError(
+                    f'pooling.type={pool_cfg["type"]!r} pools the last '
+                    f'layer only: out_indices must be -1, got '
+                    f'{out_indices!r}')
         if final_norm:
             self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         self._init_default_weights()
@@ -302,13 +434,73 @@ class LaPEViT(BaseModule):
                 raise ValueError(f'Unknown arch={arch!r}; choose one of '
                                  f'{sorted(self.arch_zoo)} or pass a dict')
             return dict(self.arch_zoo[arch])
-        keys = {
-            'embed_dims', 'num_layers', 'num_heads', 'feedforward_channels'
-        }
-        if not isinstance(arch, dict) or set(arch) != keys:
+        if not isinstance(arch, dict) or not set(ARCH_KEYS) <= set(arch):
             raise ValueError(f'A custom arch must be a dict with keys '
-                             f'{sorted(keys)}, got {arch!r}')
+                             f'{sorted(ARCH_KEYS)}, got {arch!r}')
+        unknown = sorted(set(arch) - set(ARCH_KEYS) - set(ARCH_OPTIONS))
+        if unknown:
+            raise ValueError(f'Unknown arch key(s) {unknown}; an arch has '
+                             f'{sorted(ARCH_KEYS)} and may set '
+                             f'{sorted(ARCH_OPTIONS)}')
         return dict(arch)
+
+    def _build_tokenizer(self, cfg: Union[None, str, Dict],
+                         patch_size: Optional[int], patch_bias: Optional[bool],
+                         in_channels: int) -> nn.Module:
+        """The tokenizer; ``patch_size``/``patch_bias`` set the ``Patch``
+        tokenizer's options and are refused for any other."""
+        cfg = dict(type='Patch') if cfg is None else cfg
+        cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
+        if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:
+            cfg.setdefault('patch_size', 16)
+            if patch_size is not None:
+                cfg['patch_size'] = patch_size
+            if patch_bias is not None:
+                cfg['bias'] = patch_bias
+        elif patch_size is not None or patch_bias is not None:
+            raise ValueError(
+                f'patch_size/patch_bias set the Patch tokenizer, but '
+                f'tokenizer.type={cfg["type"]!r}: give its options in '
+                f'tokenizer=dict(...)')
+        return build_part(
+            TOKENIZERS,
+            'tokenizer',
+            cfg,
+            in_channels=in_channels,
+            embed_dims=self.embed_dims)
+
+    def _pooling_cfg(self, out_type: str, pooling: Union[None, str, Dict],
+                     pe_join: Union[None, str, Dict]) -> Optional[Dict]:
+        """The pooling config of ``out_type``, checked against the join."""
+        if out_type == 'pooled':
+            cfg = pooling if pooling is not None else self.arch_settings.get(
+                'pooling')
+            if cfg is None:
+                raise ValueError(
+                    "out_type='pooled' needs pooling=dict(type=...); one of "
+                    f'{sorted(POOLINGS.module_dict)}')
+        elif pooling is not None:
+            raise ValueError(f'pooling={pooling!r} is used with '
+                             f"out_type='pooled', not out_type={out_type!r}")
+        else:
+            cfg = {'cls_token': 'ClsToken', 'avg_featmap': 'GAP'}.get(out_type)
+        if cfg is None:
+            return None
+        cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
+        cls = part_class(POOLINGS, 'pooling', cfg)
+        if cls.needs_cls_token and cls is not ClsTokenPool:
+            # (ClsToken's refusal is the join's own message.)
+            if not _join_allows_cls_token(pe_join):
+                join = pe_join if isinstance(pe_join,
+                                             str) else dict(pe_join)['type']
+                raise ValueError(
+                    f'pe_join.type={join!r} removes the class token, which '
+                    f'pooling.type={cfg["type"]!r} needs. '
+                    f'{cls.without_cls_token}.')
+            if not self.with_cls_token:
+                raise ValueError(f'pooling.type={cfg["type"]!r} needs '
+                                 f'with_cls_token=True')
+        return cfg
 
     def _per_layer(self, value: Union[int, Sequence[int]],
                    name: str) -> List[int]:
@@ -333,8 +525,13 @@ class LaPEViT(BaseModule):
         return sorted(set(parsed))
 
     def _init_default_weights(self) -> None:
-        """DeiT's initialisation: truncated normal (std 0.02) for linear
-        layers, PE and class token; ones/zeros for norms."""
+        """Generic first, specialised last: truncated normal (std 0.02) for
+        linear layers, ones/zeros for LayerNorms, the arch's truncated
+        normal for PE and class token (DeiT: 0.02; Compact-Transformers: PE
+        0.2, class token zero); then every part's own
+        ``init_part_weights`` (e.g. Kaiming-normal tokenizer convolutions,
+        the Performer's orthogonal features, LCA's zero layer
+        embedding)."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=.02)
@@ -344,9 +541,15 @@ class LaPEViT(BaseModule):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
         if isinstance(self.pos_embed, nn.Parameter):
-            nn.init.trunc_normal_(self.pos_embed, std=.02)
+            nn.init.trunc_normal_(self.pos_embed, std=self.pos_embed_std)
         if self.with_cls_token:
-            nn.init.trunc_normal_(self.cls_token, std=.02)
+            if self.cls_token_std > 0:
+                nn.init.trunc_normal_(self.cls_token, std=self.cls_token_std)
+            else:
+                nn.init.zeros_(self.cls_token)
+        for m in self.modules():
+            if m is not self and hasattr(m, 'init_part_weights'):
+                m.init_part_weights()
 
     # ------------------------------------------------------------------
     # the PE plan
@@ -367,8 +570,12 @@ class LaPEViT(BaseModule):
         """The raw PE resized (once) to the patch grid ``hw``."""
         if self.pos_embed is None:
             return None
-        return resize_pos_embed(self.pos_embed, self.grid_size, hw,
-                                self.num_extra_tokens, self.interpolate_mode)
+        return resize_pos_embed(
+            self.pos_embed,
+            self.grid_size,
+            hw,
+            mode=self.interpolate_mode,
+            num_extra_tokens=self.num_extra_tokens)
 
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
         """The PE plan for a patch grid ``hw``.
@@ -377,12 +584,15 @@ class LaPEViT(BaseModule):
         ``plan_cache_size`` most recent grids, for test sets of many image
         sizes) and recomputed only when a PE weight changes (in-place
         updates bump a tensor's version; replacing it changes its storage)
-        or after :meth:`train`.
+        or after :meth:`train`. Under ``torch.compile`` the cache is
+        bypassed: its pointer comparison would break the graph, and a
+        compiled graph computes the plan as part of itself.
         """
         hw = tuple(hw)
         use_cache = (
             self.cache_pe_plan and not self.training
-            and not torch.is_grad_enabled())
+            and not torch.is_grad_enabled()
+            and not torch.compiler.is_compiling())
         if use_cache:
             weights = tuple(
                 (t.data_ptr(), t._version) for t in self._pe_tensors())
@@ -427,12 +637,21 @@ class LaPEViT(BaseModule):
             x = x + plan.input
         return self.drop_after_pos(x)
 
-    def forward_blocks(self, x: Tensor, plan: PEPlan, start: int, end: int,
-                       hw: Tuple[int, int]) -> Tensor:
+    def forward_blocks(self,
+                       x: Tensor,
+                       plan: PEPlan,
+                       start: int,
+                       end: int,
+                       hw: Tuple[int, int],
+                       cls_tokens: Optional[List[Tensor]] = None) -> Tensor:
         """Run blocks ``start .. end-1`` under the PE plan.
 
         This is the only loop over encoder blocks; ViT-Adapter calls it once
         per interaction.
+
+        Args:
+            cls_tokens (list, optional): When given, each block's output
+                class token ``(B, C)`` is appended to it (for CeiT's LCA).
         """
         for i in range(start, end):
             if plan.residual[i] is not None:
@@ -443,6 +662,8 @@ class LaPEViT(BaseModule):
                 x = cp.checkpoint(blk, *args, use_reentrant=False)
             else:
                 x = blk(*args)
+            if cls_tokens is not None:
+                cls_tokens.append(x[:, 0])
         return x
 
     def final(self, x: Tensor, plan: PEPlan) -> Tensor:
@@ -452,22 +673,29 @@ class LaPEViT(BaseModule):
             x = x + plan.final
         return x
 
-    def _format_output(self, x: Tensor, hw: Tuple[int, int], plan: PEPlan,
-                       last: bool) -> Tensor:
+    def _format_output(self,
+                       x: Tensor,
+                       hw: Tuple[int, int],
+                       plan: PEPlan,
+                       last: bool,
+                       cls_tokens: Optional[List[Tensor]] = None) -> Tensor:
+        pool = self.pool
+        if pool is not None and pool.layer_cls_tokens:
+            # LCA: the class tokens of all layers; the final norm after it.
+            y = pool(torch.stack(cls_tokens, dim=1), self.num_extra_tokens)
+            return self.norm(y) if self.final_norm else y
         if last and self.final_norm:
-            if self.out_type == 'avg_featmap' and plan.final is not None:
+            if pool is not None and pool.gap and plan.final is not None:
                 # GAP of (LN(x) + f) is GAP(LN(x)) + mean(f): add the
                 # input-independent (1, C) vector instead of (B, N, C).
-                pooled = self.norm(x)[:, self.num_extra_tokens:].mean(dim=1)
+                pooled = pool(self.norm(x), self.num_extra_tokens)
                 return pooled + plan.final_mean
             x = self.final(x, plan)
+        if pool is not None:
+            return pool(x, self.num_extra_tokens)
         if self.out_type == 'raw':
             return x
-        if self.out_type == 'cls_token':
-            return x[:, 0]
         patches = x[:, self.num_extra_tokens:]
-        if self.out_type == 'avg_featmap':
-            return patches.mean(dim=1)
         b, _, c = patches.shape
         return patches.transpose(1, 2).reshape(b, c, *hw)
 
@@ -475,12 +703,14 @@ class LaPEViT(BaseModule):
         x, hw = self.patch_embed(x)
         plan = self.pe_plan(hw)
         x = self.embed(x, plan)
+        cls_tokens = ([] if self.pool is not None
+                      and self.pool.layer_cls_tokens else None)
         outs, start = [], 0
         for idx in self.out_indices:
-            x = self.forward_blocks(x, plan, start, idx + 1, hw)
+            x = self.forward_blocks(x, plan, start, idx + 1, hw, cls_tokens)
             start = idx + 1
             last = idx == self.num_layers - 1
-            outs.append(self._format_output(x, hw, plan, last))
+            outs.append(self._format_output(x, hw, plan, last, cls_tokens))
         return tuple(outs)
 
     # ------------------------------------------------------------------
@@ -508,9 +738,9 @@ class LaPEViT(BaseModule):
                         prefix: str = '') -> Tuple[int, int]:
         """Layer depth of a parameter, for layer-wise lr decay.
 
-        Embeddings are depth 0, ``blocks.{i}.*`` (PE norms included) depth
-        ``i + 1``, everything else (final norm, MPVG's last PE norm)
-        ``num_layers + 1``.
+        Embeddings (tokenizer included) are depth 0, ``blocks.{i}.*`` (PE
+        norms included) depth ``i + 1``, everything else (final norm,
+        pooling, MPVG's last PE norm) ``num_layers + 1``.
 
         Returns:
             tuple[int, int]: ``(layer_depth, num_layers + 2)``.
@@ -527,56 +757,27 @@ class LaPEViT(BaseModule):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints
+    # checkpoints (the logic lives in mmlape.utils.checkpoint)
+    def checkpoint_spec(self) -> BackboneSpec:
+        """What this backbone expects of a checkpoint (PE shape, extra
+        tokens, grid, join), for :mod:`mmlape.utils.checkpoint`."""
+        pe = self.pos_embed
+        return BackboneSpec(
+            pos_embed_shape=tuple(pe.shape)
+            if isinstance(pe, nn.Parameter) else None,
+            num_extra_tokens=self.num_extra_tokens,
+            grid_size=self.grid_size,
+            interpolate_mode=self.interpolate_mode,
+            join=self.pe_join.name,
+            pe_norm_layers=tuple(i for i, blk in enumerate(self.blocks)
+                                 if hasattr(blk, 'pe_norm')))
+
     def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
                         **kwargs) -> None:
-        """Fit a checkpoint's PE to this model before it is loaded.
-
-        Resizes the PE grid (bicubic, the raw PE), drops a class-token row
-        this model does not have, and refuses what cannot fit with a message
-        that names the difference (width, join, per-layer PEs).
-        """
-        key = prefix + 'pos_embed'
-        if key not in state_dict or not isinstance(self.pos_embed,
-                                                   nn.Parameter):
-            return
-        src = state_dict[key]
-        dst = self.pos_embed
-        if src.dim() != 3 or src.shape[-1] != dst.shape[-1]:
-            raise ValueError(
-                f'Checkpoint does not fit: its {key} has shape '
-                f'{tuple(src.shape)} but this model has '
-                f'{tuple(dst.shape)} (embed_dims {dst.shape[-1]}). Use a '
-                f'checkpoint of the same width.')
-        if src.shape[0] != dst.shape[0]:
-            raise ValueError(
-                f'Checkpoint does not fit: it has {src.shape[0]} position '
-                f'embedding(s) in {key} but pe_join.type='
-                f'{self.pe_join.name!r} needs {dst.shape[0]} (Unshare keeps '
-                f'one per layer). Use a checkpoint of the same join.')
-        src_extra = 1 if (prefix + 'cls_token') in state_dict else 0
-        if src_extra > self.num_extra_tokens:
-            src = src[:, src_extra - self.num_extra_tokens:]
-            src_extra = self.num_extra_tokens
-        elif src_extra < self.num_extra_tokens:
-            src = torch.cat(
-                [src.new_zeros(src.shape[0], 1, src.shape[2]), src], dim=1)
-            src_extra = self.num_extra_tokens
-        n = src.shape[1] - src_extra
-        side = int(math.isqrt(n))
-        if src.shape[1] != dst.shape[1]:
-            if side * side != n:
-                raise ValueError(
-                    f'Checkpoint does not fit: {key} has {n} patch rows, '
-                    f'which is not a square grid; cannot resize it to '
-                    f'{self.grid_size}')
-            print_log(
-                f'Resize {key} from a {side}x{side} to a {self.grid_size[0]}'
-                f'x{self.grid_size[1]} grid',
-                logger='current')
-            src = resize_pos_embed(src, (side, side), self.grid_size,
-                                   src_extra, self.interpolate_mode)
-        state_dict[key] = src
+        """``load_state_dict`` pre-hook: fit the checkpoint's PE to this
+        model (see :func:`~mmlape.utils.checkpoint.fit_state_dict`)."""
+        for note in fit_state_dict(state_dict, prefix, self.checkpoint_spec()):
+            print_log(note, logger='current')
 
     def init_weights(self) -> None:
         """Load ``init_cfg=dict(type='Pretrained', ...)`` through
@@ -588,97 +789,17 @@ class LaPEViT(BaseModule):
             return
         super().init_weights()
 
-    def check_join_compatible(self, state_dict: Dict) -> None:
-        """Refuse a backbone state dict trained with another join.
-
-        The layers that own a PE norm (``blocks.{i}.pe_norm``) must be the
-        same in the checkpoint and in this model. An MPVG checkpoint may
-        initialise a PVG model (its ``pe_join.last_norm`` is then logged as
-        unexpected): that is how MPVG reaches backbones without a final norm.
-
-        Raises:
-            ValueError: Names both joins' PE-norm layers.
-        """
-        found = sorted({
-            int(m.group(1))
-            for m in (re.match(r'^blocks\.(\d+)\.pe_norm\.', k)
-                      for k in state_dict) if m
-        })
-        expected = [
-            i for i, blk in enumerate(self.blocks) if hasattr(blk, 'pe_norm')
-        ]
-        if found != expected:
-            raise ValueError(
-                f'Checkpoint does not fit the join: it has PE norms '
-                f'(blocks.{{i}}.pe_norm) in layers {found} but this model '
-                f'(pe_join.type={self.pe_join.name!r}) has them in layers '
-                f'{expected}. Initialise from a checkpoint trained with the '
-                f'same join (e.g. a LaPE ImageNet checkpoint for a LaPE '
-                f'model, an MPVG one for PVG/MPVG).')
-
     def load_pretrained(self,
                         checkpoint: str,
                         prefix: Optional[str] = None) -> None:
-        """Load a ViT checkpoint of any known naming into this backbone.
-
-        The file is read with mmlape's safe loader, the backbone part is
-        selected by ``prefix`` (e.g. ``'backbone.'``), converted from
-        official DeiT/LaPE (timm), mmpretrain or mmseg names, checked for
-        join compatibility, and its PE is fitted (resized; a class-token row
-        dropped when this model has none). Missing and unexpected keys are
-        logged.
+        """Load a ViT checkpoint of any known layout into this backbone
+        (see :func:`~mmlape.utils.checkpoint.load_backbone_checkpoint`).
 
         Args:
             checkpoint (str): Path of the checkpoint.
             prefix (str, optional): Keep only keys under this prefix and
-                strip it. Defaults to None (whole state dict; a
-                ``backbone.`` prefix is then detected).
-
-        Raises:
-            ValueError: The checkpoint has no keys under ``prefix``, was
-                trained with another join, or has another width.
+                strip it. Defaults to None (a ``backbone.`` prefix is then
+                detected).
         """
-        from mmengine.runner.checkpoint import CheckpointLoader
-        ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
-        sd = unwrap_state_dict(ckpt)
-        if prefix:
-            sd = {
-                k[len(prefix):]: v
-                for k, v in sd.items() if k.startswith(prefix)
-            }
-            if not sd:
-                raise ValueError(f'Checkpoint "{checkpoint}" has no keys '
-                                 f'under prefix "{prefix}"')
-        sd = convert_backbone(sd)
-        self.check_join_compatible(sd)
-        try:
-            missing, unexpected = self.load_state_dict(sd, strict=False)
-        except RuntimeError as err:
-            raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
-                             f'{type(self).__name__}: {err}') from None
-        new = [
-            k for k in missing
-            if self.new_key_pattern and re.match(self.new_key_pattern, k)
-        ]
-        missing = [k for k in missing if k not in new]
-        if new:
-            print_log(
-                f'{len(new)} tensors of modules that a ViT checkpoint does '
-                f'not have are initialised afresh',
-                logger='current')
-        if missing:
-            print_log(
-                f'Keys missing from "{checkpoint}" (left as '
-                f'initialised): {missing}',
-                logger='current',
-                level=30)
-        if unexpected:
-            print_log(
-                f'Unexpected keys in "{checkpoint}" (ignored): '
-                f'{unexpected}',
-                logger='current',
-                level=30)
-        print_log(
-            f'Loaded {len(sd) - len(unexpected)} tensors from '
-            f'"{checkpoint}"',
-            logger='current')
+        load_backbone_checkpoint(self, checkpoint, prefix,
+                                 self.checkpoint_spec(), self.new_key_pattern)

@@ -8,20 +8,27 @@ References:
 
 The stride-4 level: the official code builds it as ``up(c2) + c1``, a 2x2
 transposed convolution of the stride-8 interaction output plus the spatial
-prior module's own stride-4 feature. Trained on small data (issue 16 and the
-README's "Do the dense models learn?") the transposed-convolution term grows
-to about 99% of that level's variance, so the level the RPN anchors and the
-RoI heads use for objects under 112 pixels carries the coarse interaction
-stream instead of stride-4 detail, and Mask R-CNN stops learning to detect.
-``level1_source='spm'`` (the default) builds the level from the spatial prior
-module's feature alone; ``'spm+up'`` keeps the official sum.
+prior module's own stride-4 feature; that is the default
+(``level1_source='spm+up'``), so official checkpoints load as they are.
+Trained from scratch on small data, the transposed-convolution term comes
+to dominate that level's variance and Mask R-CNN learns to detect more
+slowly; ``level1_source='spm'`` builds the level from the spatial prior
+module's feature alone (docs/recipes.md has the measurements).
+The pyramid maps are made contiguous before their batch norms: on CPU,
+torch's batch-norm backward mis-strides the input gradient of a strided
+one-image map, which stopped the detector learning at all.
 
 The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
 interaction, with the PE plan of the backbone's join: LaPE/PVG reach the
-blocks exactly as in the classifier. ViT-Adapter has no final ViT norm, so
-MPVG's last-norm term has nowhere to go: an MPVG-pretrained DeiT is
-fine-tuned here with the PVG join (its ``pe_join.last_norm`` is logged as
-unused when the checkpoint is loaded).
+blocks exactly as in the classifier. ViT-Adapter has no final ViT norm, so an
+MPVG-pretrained DeiT can be fine-tuned in two ways (docs/recipes.md, "MPVG in
+ViT-Adapter"): (a) the PVG join alone (the checkpoint's ``norm`` and
+``pe_join.last_norm`` are logged as unused), or (b) ``pe_join='MPVG'`` with
+``final_norm=True``: the last ViT output gets ``LN(x_L) + LN'_last(pos_0)``
+(:meth:`LaPEViT.final`) before the pyramid adds it.
+
+The adapter's own modules start as in the official code, generic first and
+specialised last (:func:`~mmlape.models.layers.adapter.init_adapter_weights`).
 """
 from typing import Dict, List, Literal, Optional, Sequence, Union
 
@@ -33,7 +40,9 @@ from torch import Tensor
 
 from mmlape.registry import register_model
 from ..layers.adapter import (InteractionBlock, SpatialPriorModule,
-                              deform_inputs, init_adapter_weights)
+                              deform_inputs, init_adapter_weights,
+                              reset_deformable_attention)
+from ..layers.pe_join import MPVGJoin
 from .vit import LaPEViT
 
 __all__ = ['LaPEViTAdapter']
@@ -50,9 +59,10 @@ class LaPEViTAdapter(LaPEViT):
             Defaults to ``'tiny'``.
         img_size (int): Pretraining size of the ViT (the PE grid).
             Defaults to 224.
-        pe_join (dict | str, optional): The join; ``Default``, ``LaPE`` or
-            ``PVG`` (use PVG for MPVG-pretrained weights). Defaults to
-            ``Default``.
+        pe_join (dict | str, optional): The join; ``Default``, ``LaPE``,
+            ``PVG``, or ``MPVG`` (needs ``final_norm=True``; an
+            MPVG-pretrained DeiT may also be fine-tuned with ``PVG``).
+            Defaults to ``Default``.
         conv_inplane (int): Width of the spatial prior module.
             Defaults to 64.
         n_points (int): Deformable sampling points. Defaults to 4.
@@ -72,12 +82,21 @@ class LaPEViTAdapter(LaPEViT):
             detection code) or ``'per_interaction'`` (each interaction's
             output for its level, the original segmentation code).
             Defaults to ``'last'``.
+        final_norm (bool): Apply the ViT's final norm, plus the join's
+            final term, to the last ViT output ``x_L`` before the pyramid
+            adds it: ``LN(x_L) + LN'_last(pos_0)`` with MPVG, ``LN(x_L)``
+            with the other joins. Both norms load from a classifier
+            checkpoint's ``norm`` and ``pe_join.last_norm``. With
+            ``'per_interaction'`` only the last level's ViT feature is
+            ``x_L``; the extractors always read the raw tokens. The
+            official ViT-Adapter has no final norm. Needs
+            ``add_vit_feature=True``. Defaults to False.
         level1_source (str): How the stride-4 level is built: ``'spm'``,
             the spatial prior module's stride-4 feature (plus the ViT
             feature when ``add_vit_feature``); or ``'spm+up'``, plus a 2x2
             transposed convolution (``up``) of the stride-8 interaction
-            output, as in the official code. Defaults to ``'spm'`` (see the
-            note at the top of this module).
+            output, as in the official code. Defaults to ``'spm+up'`` (the
+            official architecture; see the note at the top of this module).
         adapter_norm_cfg (dict): Norm of the spatial prior module and of the
             four output norms. Defaults to ``dict(type='BN')``; the GPU
             configs use SyncBN.
@@ -121,7 +140,8 @@ class LaPEViTAdapter(LaPEViT):
                  add_vit_feature: bool = True,
                  vit_feature_source: Literal['last',
                                              'per_interaction'] = 'last',
-                 level1_source: Literal['spm', 'spm+up'] = 'spm',
+                 final_norm: bool = False,
+                 level1_source: Literal['spm', 'spm+up'] = 'spm+up',
                  adapter_norm_cfg: Dict = dict(type='BN'),
                  layer_scale: bool = True,
                  drop_path_rate: float = 0.,
@@ -137,10 +157,18 @@ class LaPEViTAdapter(LaPEViT):
             arch = dict(arch)
             preset = dict(deform_num_heads=arch.pop('deform_num_heads', 6))
             vit_arch = arch
-        for key in ('with_cls_token', 'out_type', 'final_norm', 'out_indices'):
+        for key in ('with_cls_token', 'out_type', 'out_indices'):
             if key in kwargs:
                 raise ValueError(f'{key} is fixed by ViT-Adapter (no class '
-                                 f'token, no final norm, 4-level pyramid)')
+                                 f'token, 4-level pyramid)')
+        if not isinstance(final_norm, bool):
+            raise TypeError(f'final_norm={final_norm!r}: it must be True or '
+                            f'False')
+        if final_norm and not add_vit_feature:
+            raise ValueError(
+                'final_norm=True normalises the ViT feature that the '
+                'pyramid adds, but add_vit_feature=False adds none: set '
+                'add_vit_feature=True or final_norm=False')
         if vit_feature_source not in ('last', 'per_interaction'):
             raise ValueError(
                 f"vit_feature_source={vit_feature_source!r}; choose 'last' "
@@ -158,7 +186,7 @@ class LaPEViTAdapter(LaPEViT):
             pe_join=pe_join,
             with_cls_token=False,
             out_type='featmap',
-            final_norm=False,
+            final_norm=final_norm,
             drop_path_rate=drop_path_rate,
             layer_scale_init_value=1.0 if layer_scale else 0.,
             with_cp=with_cp,
@@ -167,6 +195,13 @@ class LaPEViTAdapter(LaPEViT):
             raise ValueError('ViT-Adapter aligns the ViT with a 1/16 '
                              f'pyramid level: patch_size must be 16, got '
                              f'{patch_size}')
+        if isinstance(self.pe_join, MPVGJoin) and not final_norm:
+            raise ValueError(
+                "pe_join.type='MPVG' with final_norm=False: ViT-Adapter has "
+                "no final ViT norm, so MPVG's last-norm term needs "
+                "final_norm=True (LN(x_L) + LN'_last(pos_0) on the ViT "
+                "feature of the pyramid). To fine-tune an MPVG checkpoint "
+                "with its layer-wise join only, use pe_join='PVG'.")
         dims = self.embed_dims
         if interaction_indexes is None:
             step = self.num_layers // 4
@@ -215,6 +250,22 @@ class LaPEViTAdapter(LaPEViT):
                 init_adapter_weights(module)
         nn.init.normal_(self.level_embed)
 
+    def init_weights(self) -> None:
+        """Load ``init_cfg=dict(type='Pretrained', ...)`` (the adapter's own
+        modules keep their official starting values unless the checkpoint
+        has them), or apply any other ``init_cfg`` and then reset the
+        deformable attentions, which a generic pass over ``nn.Linear``
+        layers would otherwise overwrite (specialised last)."""
+        cfgs = self.init_cfg if isinstance(self.init_cfg,
+                                           list) else [self.init_cfg]
+        pretrained = any(
+            isinstance(c, dict) and c.get('type') == 'Pretrained'
+            for c in cfgs)
+        reset = not (pretrained or self._is_init)
+        super().init_weights()
+        if reset:
+            reset_deformable_attention(self)
+
     def forward(self, x: Tensor) -> List[Tensor]:
         h, w = x.shape[-2:]
         if h % 32 or w % 32:
@@ -248,6 +299,8 @@ class LaPEViTAdapter(LaPEViT):
             tokens = self.forward_blocks(tokens, plan, start, end + 1, hw)
             c = layer.extract(c, tokens, ext_inputs, shapes)
             outs.append(tokens)
+        if self.final_norm:
+            tokens = outs[-1] = self.final(tokens, plan)
 
         n2, n3 = c2.shape[1], c3.shape[1]
         c2 = as_map(c[:, :n2], shapes[0])

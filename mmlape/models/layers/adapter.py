@@ -19,7 +19,8 @@ from torch import Tensor
 
 __all__ = [
     'DeformAttn', 'ConvFFN', 'Injector', 'Extractor', 'InteractionBlock',
-    'SpatialPriorModule', 'deform_inputs'
+    'SpatialPriorModule', 'deform_inputs', 'init_adapter_weights',
+    'reset_deformable_attention'
 ]
 
 Shapes = Sequence[Tuple[int, int]]
@@ -305,22 +306,45 @@ class SpatialPriorModule(nn.Module):
 _NORMS = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.GroupNorm)
 
 
-def init_adapter_weights(module: nn.Module) -> None:
-    """ViT-Adapter's initialisation of its own (non-ViT) modules."""
+def reset_deformable_attention(module: nn.Module) -> None:
+    """Give every :class:`DeformAttn` under ``module`` its own starting
+    values: sampling-offset weights zero and biases on the per-head
+    direction grid (scaled by point index + 1, equal for every level),
+    attention weights zero, value and output projections xavier-uniform
+    with zero bias (mmcv's ``init_weights``, the same as ViT-Adapter's
+    ``MSDeformAttn._reset_parameters``)."""
     for m in module.modules():
         if isinstance(m, DeformAttn):
             m.init_weights()
-        elif isinstance(m, nn.Linear):
+
+
+def init_adapter_weights(module: nn.Module) -> None:
+    """ViT-Adapter's initialisation of its own (non-ViT) modules.
+
+    Generic first, specialised last, in the official order: a generic pass
+    over every layer (linear layers truncated normal, std 0.02, zero bias;
+    convolutions normal with std ``sqrt(2 / fan_out)``, zero bias; norms
+    ones and zeros), then :func:`reset_deformable_attention`, whose values
+    the generic pass would otherwise overwrite (the linear layers of a
+    deformable attention are its children).
+
+    Args:
+        module (nn.Module): The adapter module to initialise (spatial prior
+            module, interactions, up-sampling, output norms).
+    """
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
             nn.init.trunc_normal_(m.weight, std=.02)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
             fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
             fan_out //= m.groups
-            m.weight.data.normal_(0, math.sqrt(2.0 / fan_out))
+            nn.init.normal_(m.weight, 0, math.sqrt(2.0 / fan_out))
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, _NORMS):
             if m.weight is not None:
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+    reset_deformable_attention(module)

@@ -5,7 +5,12 @@ References:
     block; LaPE (Yu et al., ICCV 2023) for the position embedding added to
     the attention input after ``norm1``; ViT-Adapter (Chen et al., 2022) for
     layer scale and zero-padded window attention; Swin (Liu et al., 2021)
-    for the 2D relative position bias table.
+    for the 2D relative position bias table; Compact-Transformers (Hassani
+    et al., 2021) for the encoder layer of ViT-Lite/CCT, whose FFN residual
+    starts from the normalised stream.
+
+The FFN is a registered part (``ffn=dict(type='MLP' | 'LeFF')``, see
+:mod:`mmlape.models.layers.ffn`).
 
 The block knows nothing about PE joins. It takes two optional inputs that a
 join decides (see :mod:`mmlape.models.layers.pe_join`): ``attn_pos``, added
@@ -13,7 +18,7 @@ to ``norm1(x)`` only (it never enters the residual stream or the MLP), and
 ``attn_bias``, added to the attention logits.
 """
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -21,6 +26,10 @@ import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from torch import Tensor
+
+from mmlape.registry import FFNS
+from .ffn import Mlp
+from .parts import build_part
 
 __all__ = ['Attention', 'Mlp', 'TransformerBlock', 'relative_position_index']
 
@@ -57,6 +66,8 @@ class Attention(nn.Module):
         rel_pos_grid (Sequence[int], optional): Patch grid ``(H, W)`` of a
             learnable 2D relative position bias table owned by this layer.
             Defaults to None (no table).
+        qk_scale (float, optional): Scale of the logits. Defaults to None
+            (``head_dims ** -0.5``).
 
     Example:
         >>> attn = Attention(64, 2)
@@ -71,7 +82,8 @@ class Attention(nn.Module):
                  attn_drop: float = 0.,
                  proj_drop: float = 0.,
                  window_size: int = 0,
-                 rel_pos_grid: Optional[Sequence[int]] = None) -> None:
+                 rel_pos_grid: Optional[Sequence[int]] = None,
+                 qk_scale: Optional[float] = None) -> None:
         super().__init__()
         if embed_dims % num_heads:
             raise ValueError(f'num_heads={num_heads} does not divide '
@@ -79,6 +91,7 @@ class Attention(nn.Module):
         self.num_heads = num_heads
         self.head_dims = embed_dims // num_heads
         self.attn_drop = attn_drop
+        self.qk_scale = qk_scale
         self.window_size = window_size
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
@@ -111,7 +124,8 @@ class Attention(nn.Module):
             k,
             v,
             attn_mask=bias,
-            dropout_p=self.attn_drop if self.training else 0.)
+            dropout_p=self.attn_drop if self.training else 0.,
+            scale=self.qk_scale)
 
     def forward(self,
                 x: Tensor,
@@ -159,31 +173,16 @@ class Attention(nn.Module):
         return self.proj_drop(self.proj(out))
 
 
-class Mlp(nn.Module):
-    """Two linear layers with GELU in between (``fc1``, ``fc2``)."""
-
-    def __init__(self,
-                 embed_dims: int,
-                 hidden_dims: int,
-                 drop: float = 0.) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(embed_dims, hidden_dims)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden_dims, embed_dims)
-        self.drop = nn.Dropout(drop)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
-
-
 class TransformerBlock(nn.Module):
     """Pre-norm encoder block with a slot for a layer-wise PE.
 
     ``x' = x + DP(g1 * MSA(norm1(x) + attn_pos))``,
-    ``y = x' + DP(g2 * MLP(norm2(x')))``, where ``g1, g2`` are layer-scale
-    vectors when enabled. A join that needs a per-layer PE norm attaches it
-    as ``pe_norm`` (the state-dict name ``blocks.{i}.pe_norm`` of the LaPE
-    code); the join, not the block, decides how it is used.
+    ``y = x' + DP(g2 * FFN(norm2(x')))``, where ``g1, g2`` are layer-scale
+    vectors when enabled. With ``norm2_in_residual`` (ViT-Lite, CCT)
+    ``y = norm2(x') + DP(FFN(norm2(x')))``. A join that needs a per-layer
+    PE norm attaches it as ``pe_norm`` (the state-dict name
+    ``blocks.{i}.pe_norm`` of the LaPE code); the join, not the block,
+    decides how it is used.
 
     Args:
         embed_dims (int): Channels ``C``.
@@ -200,6 +199,14 @@ class TransformerBlock(nn.Module):
             Defaults to 0.
         rel_pos_grid (Sequence[int], optional): Grid of this layer's
             relative position bias table. Defaults to None.
+        qk_scale (float, optional): Attention scale. Defaults to None
+            (``head_dims ** -0.5``).
+        ffn_cfg (dict, optional): The FFN part, ``dict(type='MLP')`` or
+            ``dict(type='LeFF', ...)``; the FFN is stored as ``mlp``.
+            Defaults to None (MLP).
+        norm2_in_residual (bool): The stream itself becomes ``norm2(x')``
+            before the FFN residual (the encoder layer of
+            Compact-Transformers). Defaults to False.
 
     Example:
         >>> blk = TransformerBlock(64, 2, 256)
@@ -218,7 +225,10 @@ class TransformerBlock(nn.Module):
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  layer_scale_init_value: float = 0.,
                  window_size: int = 0,
-                 rel_pos_grid: Optional[Sequence[int]] = None) -> None:
+                 rel_pos_grid: Optional[Sequence[int]] = None,
+                 qk_scale: Optional[float] = None,
+                 ffn_cfg: Optional[Dict] = None,
+                 norm2_in_residual: bool = False) -> None:
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = Attention(
@@ -228,11 +238,19 @@ class TransformerBlock(nn.Module):
             attn_drop=attn_drop_rate,
             proj_drop=drop_rate,
             window_size=window_size,
-            rel_pos_grid=rel_pos_grid)
+            rel_pos_grid=rel_pos_grid,
+            qk_scale=qk_scale)
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.mlp = Mlp(embed_dims, feedforward_channels, drop=drop_rate)
+        self.mlp = build_part(
+            FFNS,
+            'ffn',
+            ffn_cfg or dict(type='MLP'),
+            embed_dims=embed_dims,
+            feedforward_channels=feedforward_channels,
+            drop_rate=drop_rate)
+        self.norm2_in_residual = norm2_in_residual
         self.layer_scale = layer_scale_init_value > 0
         if self.layer_scale:
             self.gamma1 = nn.Parameter(
@@ -261,7 +279,11 @@ class TransformerBlock(nn.Module):
         if self.layer_scale:
             h = self.gamma1 * h
         x = x + self.drop_path(h)
-        h = self.mlp(self.norm2(x))
+        if self.norm2_in_residual:
+            x = self.norm2(x)
+            h = self.mlp(x, hw)
+        else:
+            h = self.mlp(self.norm2(x), hw)
         if self.layer_scale:
             h = self.gamma2 * h
         return x + self.drop_path(h)

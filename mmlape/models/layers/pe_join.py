@@ -9,6 +9,7 @@ References:
     ``PVG``/``MPVG``: Lee, Ham, Kim, "Position Vector Guidance ..." (layer-
     wise PE from layer 1 on, GAP, and for MPVG the PE added again at the
     last LayerNorm), AAAI 2025.
+    The equations of every join, in the code's names: docs/methods.md.
 
 A join is chosen by config (``pe_join=dict(type='LaPE', ...)``) and does one
 thing: it turns the raw position embedding into a :class:`PEPlan`, which
@@ -16,7 +17,14 @@ says what is added where in one forward pass. The backbone runs the plan
 (:meth:`mmlape.models.backbones.LaPEViT.forward_blocks`); no other code
 knows which join is in use. A plan depends on the weights and on the patch
 grid, never on the image, so in eval mode the backbone computes it once per
-grid and reuses it.
+grid and reuses it (:class:`PEPlanCache`).
+
+A staged backbone (Swin: patch merging changes the grid and the width
+between stages) describes its stages to the join (the ``stages`` context
+argument) and hands :meth:`BasePEJoin.plan` a ``carry`` hook that moves a PE
+across one stage boundary. The join decides what is carried and where; the
+backbone only knows how to cross a boundary. A plain ViT has one stage and
+no hook.
 
 The per-layer PE norms ``LN'_l`` are created by the join but stored on the
 blocks (``blocks.{l}.pe_norm``, the state-dict name of the LaPE code), so
@@ -24,21 +32,31 @@ that layer-wise lr decay, freezing and checkpoint tools that key on
 ``blocks.{l}`` treat them as part of their layer.
 """
 import inspect
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import (Any, Callable, Dict, Hashable, List, Optional, Sequence,
+                    Tuple, Union)
 
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from torch import Tensor
 
 from mmlape.registry import PE_JOINS
+from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES
 
 __all__ = [
-    'PEPlan', 'BasePEJoin', 'DefaultJoin', 'ShareJoin', 'UnshareJoin',
-    'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'pe_join_names'
+    'PEPlan', 'PEPlanCache', 'BasePEJoin', 'DefaultJoin', 'ShareJoin',
+    'UnshareJoin', 'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join',
+    'pe_join_names', 'CarryFn'
 ]
 
-ABSOLUTE_PE_TYPES = ('learnable', 'sincos1d', 'sincos2d')
+#: Arguments a backbone gives a join; a config never sets them.
+CONTEXT_ARGS = ('num_layers', 'embed_dims', 'with_cls_token', 'pe_type',
+                'num_patches', 'norm_cfg', 'stages')
+#: ``carry(pe, stage)``: a staged backbone's hook that moves a PE
+#: ``(1, N_{s-1}, C_{s-1})`` on stage ``s - 1``'s grid across the boundary
+#: into stage ``s`` (``(1, N_s, C_s)``), as the tokens cross it.
+CarryFn = Callable[[Tensor, int], Tensor]
 
 
 @dataclass
@@ -49,7 +67,8 @@ class PEPlan:
     ``x = x + residual[l]`` and then
     ``x = x + MSA(norm1(x) + attn[l], bias=bias[l]) ...`` (see
     :class:`~mmlape.models.layers.TransformerBlock`). ``None`` means nothing
-    is added.
+    is added. On a staged backbone ``N'`` and ``C`` are those of the layer's
+    stage, and ``final`` is on the last stage's grid.
 
     Attributes:
         input (Tensor, optional): ``(1, N', C)`` added to the tokens before
@@ -79,6 +98,61 @@ class PEPlan:
                 setattr(self, name, [None] * self.num_layers)
 
 
+class PEPlanCache:
+    """Eval-mode cache of PE plans, one per input grid.
+
+    A plan depends on the PE weights and the patch grid only. The cache
+    keeps the ``size`` most recently used grids and rebuilds a plan when a
+    weight it depends on has changed: an in-place update bumps the tensor's
+    version, and a replaced tensor has other storage (an entry keeps the
+    storages it was built from alive, so no new tensor can take their
+    address). It never needs clearing for correctness, so switching
+    between train and eval mode keeps the plans of unchanged weights.
+
+    Args:
+        size (int): Grids kept. Defaults to 8.
+
+    Example:
+        >>> import torch
+        >>> join = build_pe_join('LaPE', num_layers=1, embed_dims=8,
+        ...                      with_cls_token=False)
+        >>> pos, norms = torch.randn(1, 4, 8), [join.build_layer_norm(0)]
+        >>> cache = PEPlanCache()
+        >>> build = lambda: join.plan(pos, None, norms)
+        >>> cache.get((2, 2), [pos], build) is cache.get((2, 2), [pos], build)
+        True
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._plans: OrderedDict = OrderedDict()
+
+    def get(self, key: Hashable, tensors: Sequence[Tensor],
+            build: Callable[[], PEPlan]) -> PEPlan:
+        """The cached plan of ``key`` if ``tensors`` are unchanged, else
+        ``build()`` (then cached)."""
+        hit = self._plans.get(key)
+        if hit is not None and len(hit[0]) == len(tensors) and all(
+                held.data_ptr() == t.data_ptr() and version == t._version
+                for (held, version), t in zip(hit[0], tensors)):
+            self._plans.move_to_end(key)
+            return hit[1]
+        plan = build()
+        # detach() shares the storage (keeping its address taken) and
+        # copies nothing; the version is the one the plan was built from.
+        self._plans[key] = ([(t.detach(), t._version) for t in tensors], plan)
+        self._plans.move_to_end(key)
+        if len(self._plans) > self.size:
+            self._plans.popitem(last=False)
+        return plan
+
+    def clear(self) -> None:
+        self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
 def _join_error(join: str, option: str, value: Any, allowed: str) -> str:
     return (f'pe_join.{option}={value!r} is not valid for '
             f'pe_join.type={join!r}: {allowed}')
@@ -94,7 +168,8 @@ class BasePEJoin(nn.Module):
 
     Args:
         num_layers (int): Encoder layers ``L``.
-        embed_dims (int): Channels ``C``.
+        embed_dims (int): Channels ``C`` (of the input PE; of the first
+            stage on a staged backbone).
         with_cls_token (bool): Whether the token sequence starts with a class
             token (then the PE has a class-token row).
         pe_type (str): One of ``learnable``, ``sincos1d``, ``sincos2d``,
@@ -102,6 +177,11 @@ class BasePEJoin(nn.Module):
         num_patches (int): Patches of the PE's own grid (the normalised
             shape of a relative-bias norm).
         norm_cfg (dict): Config of the PE norms. Defaults to LN, eps 1e-6.
+        stages (Sequence[tuple[int, int]], optional): A staged backbone's
+            ``(layers, channels)`` per stage, e.g. Swin-T's
+            ``[(2, 96), (2, 192), (6, 384), (2, 768)]``. Each layer's PE
+            norm gets its stage's width, and :meth:`plan` then takes the
+            backbone's ``carry`` hook. Defaults to None (one stage).
     """
     #: Registered name, used in messages.
     name: str = 'Base'
@@ -109,6 +189,9 @@ class BasePEJoin(nn.Module):
     pe_types: Sequence[str] = ABSOLUTE_PE_TYPES
     #: Whether a class token is allowed.
     allows_cls_token: bool = True
+    #: Whether the join runs on a staged backbone (its PE stream is carried
+    #: across stage boundaries by the backbone's hook).
+    supports_stages: bool = False
 
     def __init__(self,
                  num_layers: int,
@@ -116,7 +199,8 @@ class BasePEJoin(nn.Module):
                  with_cls_token: bool,
                  pe_type: str = 'learnable',
                  num_patches: Optional[int] = None,
-                 norm_cfg: Optional[Dict] = None) -> None:
+                 norm_cfg: Optional[Dict] = None,
+                 stages: Optional[Sequence[Tuple[int, int]]] = None) -> None:
         super().__init__()
         self.num_layers = num_layers
         self.embed_dims = embed_dims
@@ -124,6 +208,7 @@ class BasePEJoin(nn.Module):
         self.pe_type = pe_type
         self.num_patches = num_patches
         self.norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
+        self._init_stages(stages)
         if pe_type not in self.pe_types:
             raise ValueError(
                 f'pe_join.type={self.name!r} does not support '
@@ -136,10 +221,49 @@ class BasePEJoin(nn.Module):
                 f"with_cls_token=False and out_type='avg_featmap' (or "
                 f"'featmap' for dense tasks).")
 
+    def _init_stages(self, stages: Optional[Sequence[Tuple[int,
+                                                           int]]]) -> None:
+        self.staged = stages is not None
+        if stages is None:
+            stages = [(self.num_layers, self.embed_dims)]
+        elif not self.supports_stages:
+            staged = sorted(name for name, cls in PE_JOINS.module_dict.items()
+                            if cls.supports_stages)
+            raise ValueError(
+                f'pe_join.type={self.name!r} does not support a staged '
+                f'backbone (its PE cannot follow the tokens across patch '
+                f'merging); choose one of {staged}')
+        stages = [(int(n), int(c)) for n, c in stages]
+        if (sum(n for n, _ in stages) != self.num_layers
+                or stages[0][1] != self.embed_dims
+                or min(n for n, _ in stages) < 1):
+            raise ValueError(
+                f'stages={stages} do not fit num_layers={self.num_layers} '
+                f'and embed_dims={self.embed_dims}')
+        #: Stage of every layer, and of the output (index ``L``).
+        self.stage_of = [
+            s for s, (n, _) in enumerate(stages) for _ in range(n)
+        ] + [len(stages) - 1]
+        #: Channels of every layer, and of the output (index ``L``).
+        self.layer_dims = [stages[s][1] for s in self.stage_of]
+
     @property
     def num_pos_embeds(self) -> int:
         """How many absolute PEs the backbone owns (1, or ``L``)."""
         return 1
+
+    def carry_pe(self, pe: Tensor, src: int, dst: int,
+                 carry: Optional[CarryFn]) -> Tensor:
+        """Move ``pe``, as layer ``src`` sees it, to layer ``dst`` (``L``:
+        the final norm) through every stage boundary in between. On a
+        one-stage backbone this returns ``pe`` itself."""
+        for stage in range(self.stage_of[src] + 1, self.stage_of[dst] + 1):
+            if carry is None:
+                raise ValueError(
+                    f'pe_join.type={self.name!r} on a staged backbone needs '
+                    f'the backbone\'s carry hook in plan()')
+            pe = carry(pe, stage)
+        return pe
 
     @property
     def extra_tokens(self) -> int:
@@ -150,14 +274,21 @@ class BasePEJoin(nn.Module):
         or None when the layer has none."""
         return None
 
-    def _new_norm(self) -> nn.Module:
-        dims = (
-            self.num_patches
-            if self.pe_type == 'relative' else self.embed_dims)
+    def _new_norm(self, index: Optional[int] = None) -> nn.Module:
+        """A PE norm for layer ``index`` (its stage's width)."""
+        if self.pe_type == 'relative':
+            dims = self.num_patches
+        elif index is None:
+            dims = self.embed_dims
+        else:
+            dims = self.layer_dims[index]
         return build_norm_layer(self.norm_cfg, dims)[1]
 
-    def plan(self, pos: Optional[Tensor], rel_biases: Optional[List[Tensor]],
-             pe_norms: Sequence[Optional[nn.Module]]) -> PEPlan:
+    def plan(self,
+             pos: Optional[Tensor],
+             rel_biases: Optional[List[Tensor]],
+             pe_norms: Sequence[Optional[nn.Module]],
+             carry: Optional[CarryFn] = None) -> PEPlan:
         """Build the plan of one forward pass.
 
         Args:
@@ -168,6 +299,9 @@ class BasePEJoin(nn.Module):
                 bias ``(heads, N, N)`` over the patches; None for an
                 absolute PE.
             pe_norms (Sequence[nn.Module | None]): ``blocks[l].pe_norm``.
+            carry (CarryFn, optional): A staged backbone's hook that moves
+                a PE across one stage boundary (see :data:`CarryFn`).
+                Defaults to None (one stage).
 
         Returns:
             PEPlan: The plan.
@@ -193,6 +327,7 @@ class DefaultJoin(BasePEJoin):
     With a relative PE, every layer adds its own raw bias to its logits.
 
     Example:
+        >>> import torch
         >>> join = build_pe_join(dict(type='Default'), num_layers=4,
         ...                      embed_dims=64, with_cls_token=True)
         >>> plan = join.plan(torch.randn(1, 17, 64), None, [None] * 4)
@@ -200,9 +335,10 @@ class DefaultJoin(BasePEJoin):
         (torch.Size([1, 17, 64]), [None, None, None, None])
     """
     name = 'Default'
-    pe_types = ABSOLUTE_PE_TYPES + ('relative', )
+    pe_types = PE_TYPES
+    supports_stages = True
 
-    def plan(self, pos, rel_biases, pe_norms):
+    def plan(self, pos, rel_biases, pe_norms, carry=None):
         plan = PEPlan(self.num_layers, input=pos)
         if rel_biases is not None:
             plan.bias = [self._pad_bias(b) for b in rel_biases]
@@ -217,7 +353,7 @@ class ShareJoin(BasePEJoin):
     """
     name = 'Share'
 
-    def plan(self, pos, rel_biases, pe_norms):
+    def plan(self, pos, rel_biases, pe_norms, carry=None):
         return PEPlan(self.num_layers, residual=[pos] * self.num_layers)
 
 
@@ -235,7 +371,7 @@ class UnshareJoin(BasePEJoin):
     def num_pos_embeds(self) -> int:
         return self.num_layers
 
-    def plan(self, pos, rel_biases, pe_norms):
+    def plan(self, pos, rel_biases, pe_norms, carry=None):
         return PEPlan(
             self.num_layers,
             residual=[pos[i:i + 1] for i in range(self.num_layers)])
@@ -252,6 +388,10 @@ class LaPEJoin(BasePEJoin):
 
     With a relative PE, layer ``l``'s bias table goes through ``LN'_l``
     (over the key axis) before it is added to the patch-patch logits.
+
+    On a staged backbone the stream crosses each stage boundary through the
+    backbone's ``carry`` hook just before the first layer of the new stage
+    takes it; with ``hierarchical=False`` the raw PE is carried instead.
 
     Args:
         hierarchical (bool): Pass each layer's normalised PE on to the next
@@ -271,7 +411,8 @@ class LaPEJoin(BasePEJoin):
         [True, True, False, False]
     """
     name = 'LaPE'
-    pe_types = ABSOLUTE_PE_TYPES + ('relative', )
+    pe_types = PE_TYPES
+    supports_stages = True
     #: First layer that takes a layer-wise PE.
     first_pe_layer: int = 0
     #: Whether the raw PE is also added to the tokens at the input.
@@ -307,20 +448,23 @@ class LaPEJoin(BasePEJoin):
                      self.first_pe_layer + self.num_pe_layers)
 
     def build_layer_norm(self, index):
-        return self._new_norm() if index in self.pe_layers else None
+        return self._new_norm(index) if index in self.pe_layers else None
 
-    def _layerwise(self, pos: Tensor,
-                   pe_norms: Sequence[Optional[nn.Module]]) -> List:
+    def _layerwise(self,
+                   pos: Tensor,
+                   pe_norms: Sequence[Optional[nn.Module]],
+                   carry: Optional[CarryFn] = None) -> List:
         attn: List[Optional[Tensor]] = [None] * self.num_layers
-        stream = pos
+        stream, at = pos, 0
         for i in self.pe_layers:
+            stream, at = self.carry_pe(stream, at, i, carry), i
             p = pe_norms[i](stream)
             attn[i] = p
             if self.hierarchical:
                 stream = p
         return attn
 
-    def plan(self, pos, rel_biases, pe_norms):
+    def plan(self, pos, rel_biases, pe_norms, carry=None):
         if rel_biases is not None:
             bias: List[Optional[Tensor]] = [None] * self.num_layers
             for i in self.pe_layers:
@@ -329,7 +473,7 @@ class LaPEJoin(BasePEJoin):
         return PEPlan(
             self.num_layers,
             input=pos if self.adds_pe_at_input else None,
-            attn=self._layerwise(pos, pe_norms))
+            attn=self._layerwise(pos, pe_norms, carry))
 
     def extra_repr(self) -> str:
         return (f'{super().extra_repr()}, hierarchical={self.hierarchical}, '
@@ -344,16 +488,24 @@ class PVGJoin(LaPEJoin):
     ``p_l = LN'_l(pos_{l-1})``, ``x'_l = x_l + MSA(LN_l(x_l) + p_l)``,
     ``pos_l = p_l`` with ``pos_0 = pos``. There is no class token.
 
+    On a staged backbone (Swin) layer 0 takes the layer-wise PE as well:
+    "due to its staged architecture ... both PVG and MPVG exceptionally
+    include layer 0" (the MPVG paper). The stream then crosses the stage
+    boundaries as LaPE's does.
+
     Args:
         hierarchical (bool): As for LaPE. Defaults to True.
-        num_pe_layers (int, optional): Layers ``1..eta`` take the PE.
-            Defaults to all (``L - 1``).
+        num_pe_layers (int, optional): Layers ``1..eta`` take the PE
+            (``0..eta-1`` on a staged backbone). Defaults to all.
     """
     name = 'PVG'
     pe_types = ABSOLUTE_PE_TYPES
     allows_cls_token = False
-    first_pe_layer = 1
     adds_pe_at_input = True
+
+    @property
+    def first_pe_layer(self) -> int:
+        return 0 if self.staged else 1
 
 
 @PE_JOINS.register_module(name='MPVG')
@@ -362,7 +514,9 @@ class MPVGJoin(PVGJoin):
 
     ``y = LN(x_L) + LN'_last(src)``, then GAP, where ``src`` is ``pos_0``
     (the raw input PE, default) or the PE layer ``k`` received (``p_k``).
-    ``LN'_last`` is stored as ``pe_join.last_norm``.
+    ``LN'_last`` is stored as ``pe_join.last_norm``. On a staged backbone
+    ``src`` is carried to the last stage (the final norm's grid and width)
+    through the backbone's hook.
 
     With GAP the final term adds ``mean_tokens(LN'_last(src))``, a vector
     that does not depend on the image: the plan carries it as
@@ -392,13 +546,16 @@ class MPVGJoin(PVGJoin):
                     f"use 'pos_0' or a PE layer index in "
                     f'[{self.pe_layers.start}, {self.pe_layers.stop - 1}]'))
         self.last_pe_source = last_pe_source
-        self.last_norm = build_norm_layer(self.norm_cfg, self.embed_dims)[1]
+        self.last_norm = build_norm_layer(self.norm_cfg,
+                                          self.layer_dims[-1])[1]
 
-    def plan(self, pos, rel_biases, pe_norms):
-        plan = super().plan(pos, rel_biases, pe_norms)
-        src = (
-            pos if self.last_pe_source == 'pos_0' else
-            plan.attn[self.last_pe_source])
+    def plan(self, pos, rel_biases, pe_norms, carry=None):
+        plan = super().plan(pos, rel_biases, pe_norms, carry)
+        if self.last_pe_source == 'pos_0':
+            src, at = pos, 0
+        else:
+            src, at = plan.attn[self.last_pe_source], self.last_pe_source
+        src = self.carry_pe(src, at, self.num_layers, carry)
         plan.final = self.last_norm(src)
         plan.final_mean = plan.final[:, self.extra_tokens:].mean(dim=1)
         return plan
@@ -422,7 +579,8 @@ def build_pe_join(cfg: Union[None, str, Dict], **context) -> BasePEJoin:
         cfg (dict | str | None): ``dict(type=..., **options)``, a type
             name, or None for ``Default``.
         **context: ``num_layers``, ``embed_dims``, ``with_cls_token``,
-            ``pe_type``, ``num_patches``, ``norm_cfg``.
+            ``pe_type``, ``num_patches``, ``norm_cfg``, ``stages`` (see
+            :class:`BasePEJoin`).
 
     Returns:
         BasePEJoin: The join.
@@ -451,8 +609,8 @@ def build_pe_join(cfg: Union[None, str, Dict], **context) -> BasePEJoin:
             continue
         allowed |= set(inspect.signature(klass.__init__).parameters)
     allowed -= {'self', 'kwargs'}
-    options = sorted(allowed - set(context))
-    clash = sorted(set(cfg) & set(context))
+    options = sorted(allowed - set(context) - set(CONTEXT_ARGS))
+    clash = sorted(set(cfg) & (set(context) | set(CONTEXT_ARGS)))
     if clash:
         raise ValueError(f'pe_join options {clash} are set by the backbone '
                          f'and cannot be given in pe_join')

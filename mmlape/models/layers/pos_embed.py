@@ -4,21 +4,30 @@ References:
     Vaswani et al., 2017 (1D sinusoidal PE); the LaPE paper and code
     (Yu et al., ICCV 2023) for the PE types it studies (learnable, 1D and 2D
     sin-cos with a zero class-token position); DeiT (Touvron et al., 2021)
-    for truncated-normal initialisation.
+    for truncated-normal initialisation. The PE types and the resizing
+    order: docs/methods.md ("PE types and resizing").
 """
-from typing import Literal, Sequence, Tuple
+from typing import Literal, Sequence, Tuple, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    'PE_TYPES', 'build_1d_sincos', 'build_2d_sincos', 'resize_pos_embed'
+    'ABSOLUTE_PE_TYPES', 'PE_TYPES', 'PEType', 'build_1d_sincos',
+    'build_2d_sincos', 'resize_pos_embed'
 ]
 
-#: Position-embedding types a backbone accepts (``pe_type=...``).
-PE_TYPES = ('learnable', 'sincos1d', 'sincos2d', 'relative')
+#: Position-embedding types a backbone accepts (``pe_type=...``): the one
+#: place they are written; everything else derives from it.
 PEType = Literal['learnable', 'sincos1d', 'sincos2d', 'relative']
+PE_TYPES: Tuple[str, ...] = get_args(PEType)
+#: The types that are a PE tensor added to tokens (all but ``relative``,
+#: a bias on the attention logits).
+ABSOLUTE_PE_TYPES: Tuple[str,
+                         ...] = tuple(t for t in PE_TYPES if t != 'relative')
+#: Interpolation modes :func:`resize_pos_embed` accepts.
+_RESIZE_MODES = ('nearest', 'bilinear', 'bicubic', 'area', 'nearest-exact')
 
 
 def build_1d_sincos(num_positions: int,
@@ -103,12 +112,14 @@ def build_2d_sincos(grid_hw: Sequence[int],
 
 
 def resize_pos_embed(pos_embed: Tensor,
-                     src_hw: Tuple[int, int],
-                     dst_hw: Tuple[int, int],
-                     num_extra_tokens: int = 0,
-                     mode: str = 'bicubic') -> Tensor:
+                     src_shape: Tuple[int, int],
+                     dst_shape: Tuple[int, int],
+                     mode: str = 'bicubic',
+                     num_extra_tokens: int = 1) -> Tensor:
     """Resize an absolute PE from one patch grid to another.
 
+    The arguments and defaults are those of mmpretrain's
+    ``resize_pos_embed`` (``src_shape, dst_shape, mode, num_extra_tokens``).
     The extra (class-token) rows are kept as they are; the patch rows are
     interpolated as an image (``align_corners=False``, in float32 because
     bicubic needs it). This is the only place mmlape resizes a PE: it is
@@ -117,11 +128,12 @@ def resize_pos_embed(pos_embed: Tensor,
     Args:
         pos_embed (Tensor): Shape ``(B, extra + Hs*Ws, C)``; ``B`` is 1, or
             the number of layers for per-layer PEs.
-        src_hw (tuple[int, int]): Source grid ``(Hs, Ws)``.
-        dst_hw (tuple[int, int]): Target grid ``(Hd, Wd)``.
-        num_extra_tokens (int): Leading rows that are not patches.
-            Defaults to 0.
-        mode (str): Interpolation mode. Defaults to ``'bicubic'``.
+        src_shape (tuple[int, int]): Source grid ``(Hs, Ws)``.
+        dst_shape (tuple[int, int]): Target grid ``(Hd, Wd)``.
+        mode (str): Interpolation mode of ``F.interpolate``. Defaults to
+            ``'bicubic'``.
+        num_extra_tokens (int): Leading rows that are not patches (1 for a
+            class token). Defaults to 1.
 
     Returns:
         Tensor: Shape ``(B, extra + Hd*Wd, C)``; the input itself when the
@@ -129,20 +141,28 @@ def resize_pos_embed(pos_embed: Tensor,
 
     Example:
         >>> pe = torch.randn(1, 1 + 14 * 14, 192)
-        >>> resize_pos_embed(pe, (14, 14), (32, 20), 1).shape
+        >>> resize_pos_embed(pe, (14, 14), (32, 20), num_extra_tokens=1).shape
         torch.Size([1, 641, 192])
+        >>> resize_pos_embed(pe[:, 1:], (14, 14), (7, 7),
+        ...                  num_extra_tokens=0).shape
+        torch.Size([1, 49, 192])
     """
-    src_hw, dst_hw = tuple(src_hw), tuple(dst_hw)
-    if src_hw == dst_hw:
+    if mode not in _RESIZE_MODES:
+        raise ValueError(f'resize_pos_embed: mode must be one of '
+                         f'{list(_RESIZE_MODES)}, got {mode!r}')
+    src_shape, dst_shape = tuple(src_shape), tuple(dst_shape)
+    if src_shape == dst_shape:
         return pos_embed
     b, n, c = pos_embed.shape
-    if n != num_extra_tokens + src_hw[0] * src_hw[1]:
+    if n != num_extra_tokens + src_shape[0] * src_shape[1]:
         raise ValueError(
-            f'pos_embed has {n} rows, which does not fit a {src_hw[0]}x'
-            f'{src_hw[1]} grid with {num_extra_tokens} extra token(s)')
+            f'pos_embed has {n} rows, which does not fit a {src_shape[0]}x'
+            f'{src_shape[1]} grid with {num_extra_tokens} extra token(s)')
     extra = pos_embed[:, :num_extra_tokens]
-    grid = pos_embed[:, num_extra_tokens:].reshape(b, *src_hw, c)
+    grid = pos_embed[:, num_extra_tokens:].reshape(b, *src_shape, c)
     grid = grid.permute(0, 3, 1, 2).float()
-    grid = F.interpolate(grid, size=dst_hw, mode=mode, align_corners=False)
+    # align_corners applies to the interpolating modes only.
+    align = False if mode in ('bilinear', 'bicubic') else None
+    grid = F.interpolate(grid, size=dst_shape, mode=mode, align_corners=align)
     grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
     return torch.cat([extra, grid], dim=1)

@@ -1,0 +1,773 @@
+"""Swin Transformer with pluggable PE joins (default, LaPE, PVG, MPVG).
+
+References:
+    Liu et al., "Swin Transformer: Hierarchical Vision Transformer using
+    Shifted Windows", ICCV 2021, and its official code
+    (microsoft/Swin-Transformer) for the architecture, the key layout and
+    the initialisation; mmpretrain's ``SwinTransformer`` for ``out_indices``,
+    zero-padding of windows (``pad_small_map``) and the absolute PE that
+    MPVG's Swin-Ti uses (``use_abs_pos_embed=True``); LaPE (Yu et al., ICCV
+    2023) and PVG/MPVG (Lee, Ham, Kim, AAAI 2025) for the joins.
+
+The backbone owns no join logic. Its join (``pe_join=dict(type=...)``, the
+same classes as :class:`~mmlape.models.backbones.LaPEViT`'s) builds the PE
+plan; the backbone describes its stages to the join and hands it one hook,
+:meth:`LaPESwin.carry_pe`, that takes a PE across a stage boundary the way
+the tokens cross it: through that stage's patch merging (its LayerNorm and
+reduction, shared with the tokens; no new parameters). Inside a layer the PE
+is added to ``norm1(x)`` before the window padding, the cyclic shift and the
+window partition, so all three apply to it exactly as to the tokens.
+"""
+import functools
+import math
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from mmlape.registry import register_model
+from mmlape.utils.convert import convert_swin_backbone, unwrap_state_dict
+from ..layers.block import Mlp, relative_position_index
+from ..layers.pe_join import PEPlan, PEPlanCache, build_pe_join
+from ..layers.pos_embed import resize_pos_embed
+
+__all__ = ['LaPESwin', 'SwinBlock', 'WindowAttention', 'PatchMerging']
+
+
+def _pad_grid(x: Tensor, multiple: int) -> Tensor:
+    """Zero-pad a ``(B, H, W, C)`` map at the bottom and right to a
+    multiple of ``multiple``."""
+    h, w = x.shape[1:3]
+    pad_h, pad_w = (-h) % multiple, (-w) % multiple
+    if pad_h or pad_w:
+        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+    return x
+
+
+@functools.lru_cache(maxsize=64)
+def shifted_window_mask(hw: Tuple[int, int],
+                        window: int,
+                        shift: int,
+                        device: Optional[torch.device] = None) -> Tensor:
+    """Logit mask of shifted-window attention, ``(nW, n, n)``.
+
+    After the cyclic shift by ``-shift`` a window at the bottom or right
+    edge holds tokens of up to three regions that are not neighbours in the
+    image (rows ``[0, H - window)``, ``[H - window, H - shift)`` and
+    ``[H - shift, H)``, likewise for columns). Pairs from different regions
+    get -100 (Swin's value), pairs within a region 0.
+
+    Args:
+        hw (tuple[int, int]): Padded grid ``(H, W)``, multiples of
+            ``window``.
+        window (int): Window side.
+        shift (int): Shift, ``0 < shift < window``.
+        device (torch.device, optional): Where the (cached) mask lives.
+            Defaults to None (CPU).
+    """
+    h, w = hw
+
+    def region(size: int) -> Tensor:
+        idx = torch.arange(size)
+        return (idx >= size - window).long() + (idx >= size - shift).long()
+
+    ids = region(h)[:, None] * 3 + region(w)[None, :]  # H, W
+    ids = ids.reshape(h // window, window, w // window, window)
+    ids = ids.permute(0, 2, 1, 3).reshape(-1, window * window)
+    same = ids[:, :, None] == ids[:, None, :]
+    return torch.zeros(same.shape).masked_fill_(~same, -100.).to(device)
+
+
+class WindowAttention(nn.Module):
+    """(Shifted) window self-attention with a relative position bias.
+
+    The map is zero-padded at the bottom and right to whole windows,
+    cyclically shifted by ``-shift`` (shifted blocks), split into windows,
+    attended within each window (logits plus the window's relative bias,
+    plus the shift mask), and put back.
+
+    Args:
+        embed_dims (int): Channels ``C``.
+        num_heads (int): Heads; must divide ``C``.
+        window_size (int): Window side. Defaults to 7.
+        shift (bool): Shift the windows by ``window_size // 2``.
+            Defaults to False.
+        pad_small_map (bool): When the map is no larger than a window, keep
+            the shift and pad (dense tasks); otherwise, as Swin does for
+            classification, a map equal to a window is not shifted and a
+            smaller one is refused. Defaults to False.
+        qkv_bias (bool): Defaults to True.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 window_size: int = 7,
+                 shift: bool = False,
+                 pad_small_map: bool = False,
+                 qkv_bias: bool = True) -> None:
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'num_heads={num_heads} does not divide '
+                             f'embed_dims={embed_dims}')
+        self.num_heads = num_heads
+        self.window_size = window_size
+        self.shift_size = window_size // 2 if shift else 0
+        self.pad_small_map = pad_small_map
+        self.scale = (embed_dims // num_heads)**-0.5
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size - 1)**2, num_heads))
+        self.register_buffer(
+            'relative_position_index',
+            relative_position_index((window_size, window_size)),
+            persistent=False)
+
+    def relative_bias(self) -> Tensor:
+        """The window's relative bias, ``(heads, n, n)``."""
+        n = self.window_size**2
+        bias = self.relative_position_bias_table[
+            self.relative_position_index.reshape(-1)]
+        return bias.reshape(n, n, -1).permute(2, 0, 1)
+
+    def effective_shift(self, hw: Tuple[int, int]) -> int:
+        side = min(hw)
+        if self.pad_small_map or side > self.window_size:
+            return self.shift_size
+        if side == self.window_size:
+            return 0
+        raise ValueError(
+            f'a {hw[0]}x{hw[1]} feature map is smaller than '
+            f'window_size={self.window_size}: set pad_small_map=True (dense '
+            f'tasks), a smaller window_size, or a larger input')
+
+    def forward(self, x: Tensor, hw: Tuple[int, int]) -> Tensor:
+        """Args:
+            x (Tensor): ``(B, H*W, C)``, the normed tokens (plus the PE).
+            hw (tuple[int, int]): ``(H, W)``.
+        """
+        b, n, c = x.shape
+        h, w = hw
+        if n != h * w:
+            raise ValueError(f'{n} tokens do not fill a {h}x{w} grid')
+        ws, shift = self.window_size, self.effective_shift(hw)
+        x = _pad_grid(x.view(b, h, w, c), ws)
+        hp, wp = x.shape[1:3]
+        if shift:
+            x = torch.roll(x, (-shift, -shift), dims=(1, 2))
+        nh, nw = hp // ws, wp // ws
+        x = x.view(b, nh, ws, nw, ws, c).permute(0, 1, 3, 2, 4, 5)
+        x = x.reshape(b, nh * nw, ws * ws, c)
+        heads = self.num_heads
+        qkv = self.qkv(x).reshape(b, nh * nw, ws * ws, 3, heads, c // heads)
+        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # B, nW, h, n, d
+        logits = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.relative_bias()
+        if shift:
+            mask = shifted_window_mask((hp, wp), ws, shift, x.device)
+            bias = bias + mask.to(bias.dtype)[:, None]
+        out = (logits + bias).softmax(dim=-1) @ v
+        out = self.proj(out.transpose(2, 3).reshape(b, nh * nw, ws * ws, c))
+        out = out.view(b, nh, nw, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        out = out.reshape(b, hp, wp, c)
+        if shift:
+            out = torch.roll(out, (shift, shift), dims=(1, 2))
+        return out[:, :h, :w].reshape(b, n, c)
+
+
+class SwinBlock(nn.Module):
+    """Swin block with a slot for a layer-wise PE.
+
+    ``x' = x + DP(WMSA(norm1(x) + attn_pos))``,
+    ``y = x' + DP(MLP(norm2(x')))``. ``attn_pos`` (the join's, on the
+    block's grid) is added before the window padding, shift and partition,
+    so they apply to it as to the tokens. A join that needs a PE norm
+    attaches it as ``pe_norm``.
+
+    Args:
+        embed_dims (int): Channels.
+        num_heads (int): Heads.
+        window_size (int): Window side.
+        shift (bool): Shifted windows.
+        mlp_ratio (float): MLP hidden channels / channels. Defaults to 4.
+        drop_path_rate (float): Stochastic depth. Defaults to 0.
+        pad_small_map (bool): See :class:`WindowAttention`.
+        norm_cfg (dict): Norm config. Defaults to LN (eps 1e-5).
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 window_size: int,
+                 shift: bool,
+                 mlp_ratio: float = 4.,
+                 drop_path_rate: float = 0.,
+                 pad_small_map: bool = False,
+                 norm_cfg: Optional[Dict] = None) -> None:
+        super().__init__()
+        norm_cfg = norm_cfg or dict(type='LN')
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = WindowAttention(embed_dims, num_heads, window_size, shift,
+                                    pad_small_map)
+        self.drop_path = (
+            DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio))
+
+    def forward(self,
+                x: Tensor,
+                hw: Tuple[int, int],
+                attn_pos: Optional[Tensor] = None) -> Tensor:
+        h = self.norm1(x)
+        if attn_pos is not None:
+            h = h.add_(attn_pos)  # LayerNorm's backward keeps its input
+        x = x + self.drop_path(self.attn(h, hw))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class PatchMerging(nn.Module):
+    """Swin's patch merging: 2x2 neighbours concatenated, LN, linear.
+
+    The channel order of the concatenation is the official one: rows/cols
+    (0, 0), (1, 0), (0, 1), (1, 1). An odd side is zero-padded at the
+    bottom/right first (as mmcv's ``PatchMerging`` does).
+
+    Args:
+        in_channels (int): ``C``; the output has ``2C``.
+        norm_cfg (dict): Norm over the ``4C`` channels. Defaults to LN.
+    """
+
+    def __init__(self, in_channels: int,
+                 norm_cfg: Dict = dict(type='LN')) -> None:
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = 2 * in_channels
+        self.norm = build_norm_layer(norm_cfg, 4 * in_channels)[1]
+        self.reduction = nn.Linear(
+            4 * in_channels, 2 * in_channels, bias=False)
+
+    def forward(self, x: Tensor,
+                hw: Tuple[int, int]) -> Tuple[Tensor, Tuple[int, int]]:
+        """``(B, H*W, C)`` to ``(B, ceil(H/2)*ceil(W/2), 2C)``."""
+        b, n, c = x.shape
+        x = _pad_grid(x.view(b, hw[0], hw[1], c), 2)
+        h2, w2 = x.shape[1] // 2, x.shape[2] // 2
+        # (B, h2, dy, w2, dx, C) -> (B, h2, w2, dx, dy, C): dy varies fastest
+        # among the four neighbours, as in the official concatenation.
+        x = x.view(b, h2, 2, w2, 2, c).permute(0, 1, 3, 4, 2, 5)
+        x = x.reshape(b, h2 * w2, 4 * c)
+        return self.reduction(self.norm(x)), (h2, w2)
+
+
+class SwinStage(nn.Module):
+    """A container: the stage's ``blocks`` and its ``downsample`` (patch
+    merging into the next stage, or None). The backbone runs them."""
+
+    def __init__(self, blocks: List[SwinBlock],
+                 downsample: Optional[PatchMerging]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.downsample = downsample
+
+
+class SwinPatchEmbed(nn.Module):
+    """Patches by a strided convolution (``proj``), then LN (``norm``).
+
+    An image whose sides are not multiples of the patch size is zero-padded
+    at the bottom/right (as mmcv's ``PatchEmbed`` with ``padding='corner'``).
+    """
+
+    def __init__(self,
+                 in_channels: int,
+                 embed_dims: int,
+                 patch_size: int,
+                 norm_cfg: Dict = dict(type='LN')) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(
+            in_channels, embed_dims, kernel_size=patch_size, stride=patch_size)
+        self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        p = self.patch_size
+        h, w = x.shape[-2:]
+        if h % p or w % p:
+            x = F.pad(x, (0, (-w) % p, 0, (-h) % p))
+        x = self.proj(x)
+        hw = (x.shape[2], x.shape[3])
+        return self.norm(x.flatten(2).transpose(1, 2)), hw
+
+
+@register_model()
+class LaPESwin(BaseModule):
+    """Swin Transformer whose absolute-PE join comes from config.
+
+    The default join is Swin with an absolute PE at stage 1 (mmpretrain's
+    ``SwinTransformer(use_abs_pos_embed=True)``, the Swin-Ti of the MPVG
+    paper). LaPE, PVG and MPVG give every layer ``l`` its own PE norm
+    ``LN'_l`` of its stage's width (``layers.{s}.blocks.{j}.pe_norm``); the
+    PE stream crosses each patch merging through that merging's own
+    LayerNorm and reduction (:meth:`carry_pe`). PVG and MPVG include layer 0
+    on this staged backbone (the MPVG paper). There is no class token; a
+    classifier pools by GAP (mmpretrain's ``GlobalAveragePooling`` neck).
+    Swin's window relative position bias stays as it is under every join.
+
+    Args:
+        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``,
+            ``'test-tiny'`` (for tests), or a dict with ``embed_dims``,
+            ``depths``, ``num_heads``. Defaults to ``'tiny'``.
+        img_size (int | tuple): Pretraining size; sets the PE grid.
+            Defaults to 224.
+        patch_size (int): Defaults to 4.
+        in_channels (int): Defaults to 3.
+        window_size (int): Defaults to 7.
+        mlp_ratio (float): Defaults to 4.
+        pe_join (dict | str, optional): ``Default``, ``LaPE``, ``PVG`` or
+            ``MPVG`` (with their options). Defaults to ``Default``.
+        use_abs_pos_embed (bool): Own an absolute PE (learnable, truncated
+            normal std 0.02). False is plain Swin and allows only the
+            ``Default`` join. Defaults to True.
+        out_indices (Sequence[int]): Stages whose (normed) output map is
+            returned, ``(B, C_s, H_s, W_s)``. Defaults to ``(3, )``.
+        drop_rate (float): Dropout after the PE. Defaults to 0.
+        drop_path_rate (float): Stochastic depth, linear over all blocks.
+            Defaults to 0.1.
+        pad_small_map (bool): Pad maps no larger than a window and keep the
+            shift (dense tasks). Defaults to False.
+        norm_cfg (dict): Norms everywhere (blocks, merging, outputs, PE
+            norms). Defaults to ``dict(type='LN')`` (eps 1e-5, as Swin).
+        interpolate_mode (str): How the raw PE is resized to another grid.
+            Defaults to ``'bicubic'``.
+        with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
+        cache_pe_plan (bool): In eval mode without autograd, build the PE
+            plan once per grid and reuse it until a weight changes.
+            Defaults to True.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
+            prefix='backbone.')`` loads an mmlape, official or mmpretrain
+            Swin checkpoint (see :meth:`load_pretrained`). Defaults to None.
+
+    Example:
+        >>> swin = LaPESwin('test-tiny', img_size=64, window_size=4,
+        ...                 pe_join='MPVG', out_indices=(0, 1, 2, 3),
+        ...                 pad_small_map=True)
+        >>> [tuple(o.shape[1:]) for o in swin(torch.randn(1, 3, 72, 64))]
+        [(16, 18, 16), (32, 9, 8), (64, 5, 4), (128, 3, 2)]
+    """
+    arch_zoo = {
+        'tiny':
+        dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24]),
+        'small':
+        dict(embed_dims=96, depths=[2, 2, 18, 2], num_heads=[3, 6, 12, 24]),
+        'base':
+        dict(embed_dims=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32]),
+        'test-tiny':
+        dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
+    }
+    #: How many patch grids keep a cached PE plan in eval mode.
+    plan_cache_size: int = 8
+
+    def __init__(self,
+                 arch: Union[str, Dict] = 'tiny',
+                 img_size: Union[int, Sequence[int]] = 224,
+                 patch_size: int = 4,
+                 in_channels: int = 3,
+                 window_size: int = 7,
+                 mlp_ratio: float = 4.,
+                 pe_join: Union[None, str, Dict] = None,
+                 use_abs_pos_embed: bool = True,
+                 out_indices: Sequence[int] = (3, ),
+                 drop_rate: float = 0.,
+                 drop_path_rate: float = 0.1,
+                 pad_small_map: bool = False,
+                 norm_cfg: Dict = dict(type='LN'),
+                 interpolate_mode: str = 'bicubic',
+                 with_cp: bool = False,
+                 cache_pe_plan: bool = True,
+                 init_cfg: Optional[Dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        settings = self._parse_arch(arch)
+        self.embed_dims = settings['embed_dims']
+        self.depths = list(settings['depths'])
+        self.num_heads = list(settings['num_heads'])
+        self.num_stages = len(self.depths)
+        self.num_layers = sum(self.depths)
+        self.stage_dims = [
+            self.embed_dims * 2**s for s in range(self.num_stages)
+        ]
+        for name, value in (('patch_size', patch_size), ('window_size',
+                                                         window_size)):
+            if (not isinstance(value, int) or isinstance(value, bool)
+                    or value < 1):
+                raise ValueError(f'{name}={value!r} must be a positive int')
+        size = (img_size, img_size) if isinstance(img_size, int) else tuple(
+            int(v) for v in img_size)
+        if len(size) != 2 or size[0] % patch_size or size[1] % patch_size:
+            raise ValueError(f'img_size={img_size} must be an int or a pair '
+                             f'divisible by patch_size={patch_size}')
+        self.img_size = size
+        self.patch_size = patch_size
+        self.grid_size = (size[0] // patch_size, size[1] // patch_size)
+        self.window_size = window_size
+        self.interpolate_mode = interpolate_mode
+        self.with_cp = with_cp
+        self.cache_pe_plan = cache_pe_plan
+        self._plan_cache = PEPlanCache(self.plan_cache_size)
+        self.out_indices = self._parse_out_indices(out_indices)
+
+        join_type = (
+            pe_join if isinstance(pe_join, str) else
+            (pe_join or {}).get('type', 'Default'))
+        if not use_abs_pos_embed and str(join_type).lower() != 'default':
+            raise ValueError(
+                f'pe_join.type={join_type!r} needs an absolute PE: set '
+                f'use_abs_pos_embed=True (only the Default join runs '
+                f'without one)')
+        self.pe_join = build_pe_join(
+            pe_join,
+            num_layers=self.num_layers,
+            embed_dims=self.embed_dims,
+            with_cls_token=False,
+            pe_type='learnable',
+            num_patches=self.grid_size[0] * self.grid_size[1],
+            norm_cfg=norm_cfg,
+            stages=list(zip(self.depths, self.stage_dims)))
+
+        self.patch_embed = SwinPatchEmbed(in_channels, self.embed_dims,
+                                          patch_size, norm_cfg)
+        if use_abs_pos_embed:
+            self.pos_embed = nn.Parameter(
+                torch.zeros(1, self.grid_size[0] * self.grid_size[1],
+                            self.embed_dims))
+        else:
+            self.pos_embed = None
+        self.drop_after_pos = nn.Dropout(drop_rate)
+
+        dpr = torch.linspace(
+            0, drop_path_rate, self.num_layers, device='cpu').tolist()
+        self.layers = nn.ModuleList()
+        index = 0
+        for s, (depth, dims) in enumerate(zip(self.depths, self.stage_dims)):
+            blocks = []
+            for j in range(depth):
+                block = SwinBlock(
+                    dims,
+                    self.num_heads[s],
+                    window_size,
+                    shift=j % 2 == 1,
+                    mlp_ratio=mlp_ratio,
+                    drop_path_rate=dpr[index],
+                    pad_small_map=pad_small_map,
+                    norm_cfg=norm_cfg)
+                pe_norm = self.pe_join.build_layer_norm(index)
+                if pe_norm is not None:
+                    block.pe_norm = pe_norm
+                blocks.append(block)
+                index += 1
+            merge = (
+                PatchMerging(dims, norm_cfg) if s < self.num_stages -
+                1 else None)
+            self.layers.append(SwinStage(blocks, merge))
+        for s in self.out_indices:
+            self.add_module(f'norm{s}',
+                            build_norm_layer(norm_cfg, self.stage_dims[s])[1])
+        self._init_default_weights()
+        self._register_load_state_dict_pre_hook(self._fit_state_dict)
+
+    # ------------------------------------------------------------------
+    # construction helpers
+    def _parse_arch(self, arch: Union[str, Dict]) -> Dict:
+        if isinstance(arch, str):
+            if arch not in self.arch_zoo:
+                raise ValueError(f'Unknown arch={arch!r}; choose one of '
+                                 f'{sorted(self.arch_zoo)} or pass a dict')
+            return dict(self.arch_zoo[arch])
+        keys = {'embed_dims', 'depths', 'num_heads'}
+        if (not isinstance(arch, dict) or set(arch) != keys
+                or len(arch['depths']) != len(arch['num_heads'])):
+            raise ValueError(f'A custom arch must be a dict with keys '
+                             f'{sorted(keys)} (depths and num_heads of equal '
+                             f'length), got {arch!r}')
+        return dict(arch)
+
+    def _parse_out_indices(self, out_indices: Sequence[int]) -> List[int]:
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        if not out_indices:
+            raise ValueError('out_indices must name at least one stage')
+        parsed = []
+        for idx in out_indices:
+            real = idx + self.num_stages if idx < 0 else idx
+            if not 0 <= real < self.num_stages:
+                raise ValueError(f'out_indices contains {idx}, outside '
+                                 f'[-{self.num_stages}, {self.num_stages})')
+            parsed.append(real)
+        return sorted(set(parsed))
+
+    def _init_default_weights(self) -> None:
+        """Swin's initialisation: truncated normal (std 0.02) for linear
+        layers, the absolute PE and the relative bias tables; zero biases;
+        ones/zeros for norms; PyTorch's default for the patch convolution."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, WindowAttention):
+                nn.init.trunc_normal_(m.relative_position_bias_table, std=.02)
+        if self.pos_embed is not None:
+            nn.init.trunc_normal_(self.pos_embed, std=.02)
+
+    @property
+    def blocks(self) -> List[SwinBlock]:
+        """All blocks in order (layer ``l`` of the join is ``blocks[l]``)."""
+        return [blk for stage in self.layers for blk in stage.blocks]
+
+    # ------------------------------------------------------------------
+    # the PE plan
+    def stage_grids(self, hw: Tuple[int, int]) -> List[Tuple[int, int]]:
+        """The patch grid of every stage for a stage-1 grid ``hw``."""
+        grids = [tuple(hw)]
+        for _ in range(self.num_stages - 1):
+            h, w = grids[-1]
+            grids.append((math.ceil(h / 2), math.ceil(w / 2)))
+        return grids
+
+    def carry_pe(self, pe: Tensor, stage: int,
+                 grids: Sequence[Tuple[int, int]]) -> Tensor:
+        """The join's hook: a PE on stage ``stage - 1``'s grid, through that
+        stage's patch merging, onto stage ``stage``'s grid and width."""
+        return self.layers[stage - 1].downsample(pe, grids[stage - 1])[0]
+
+    def _pe_tensors(self) -> List[Tensor]:
+        """Every tensor a plan depends on (for cache invalidation)."""
+        tensors = list(self.pe_join.parameters())
+        if self.pos_embed is not None:
+            tensors.append(self.pos_embed)
+        for blk in self.blocks:
+            if hasattr(blk, 'pe_norm'):
+                tensors.extend(blk.pe_norm.parameters())
+        for stage in self.layers[:-1]:
+            tensors.extend(stage.downsample.parameters())
+        return tensors
+
+    def _build_plan(self, hw: Tuple[int, int]) -> PEPlan:
+        pos = None
+        if self.pos_embed is not None:
+            pos = resize_pos_embed(
+                self.pos_embed,
+                self.grid_size,
+                hw,
+                mode=self.interpolate_mode,
+                num_extra_tokens=0)
+        grids = self.stage_grids(hw)
+        pe_norms = [getattr(blk, 'pe_norm', None) for blk in self.blocks]
+        return self.pe_join.plan(
+            pos,
+            None,
+            pe_norms,
+            carry=lambda pe, stage: self.carry_pe(pe, stage, grids))
+
+    def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
+        """The PE plan for a stage-1 grid ``hw``.
+
+        In eval mode with autograd off, plans are cached per grid (see
+        :class:`~mmlape.models.layers.pe_join.PEPlanCache`): the PE, its
+        norms and the carry through the patch mergings run once per grid.
+        """
+        hw = tuple(hw)
+        if (self.cache_pe_plan and not self.training
+                and not torch.is_grad_enabled()):
+            return self._plan_cache.get(hw, self._pe_tensors(),
+                                        lambda: self._build_plan(hw))
+        return self._build_plan(hw)
+
+    # ------------------------------------------------------------------
+    # forward
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        x, hw = self.patch_embed(x)
+        plan = self.pe_plan(hw)
+        if plan.input is not None:
+            x = x + plan.input
+        x = self.drop_after_pos(x)
+        outs, index = [], 0
+        for s, stage in enumerate(self.layers):
+            for blk in stage.blocks:
+                args = (x, hw, plan.attn[index])
+                if self.with_cp and x.requires_grad:
+                    x = cp.checkpoint(blk, *args, use_reentrant=False)
+                else:
+                    x = blk(*args)
+                index += 1
+            if s in self.out_indices:
+                out = getattr(self, f'norm{s}')(x)
+                if s == self.num_stages - 1 and plan.final is not None:
+                    out = out + plan.final  # MPVG: LN(x_L) + LN'(pos)
+                b, _, c = out.shape
+                outs.append(
+                    out.transpose(1, 2).reshape(b, c, *hw).contiguous())
+            if stage.downsample is not None:
+                x, hw = stage.downsample(x, hw)
+        return tuple(outs)
+
+    # ------------------------------------------------------------------
+    # training utilities
+    def get_layer_depth(self,
+                        param_name: str,
+                        prefix: str = '') -> Tuple[int, int]:
+        """Layer depth of a parameter, for layer-wise lr decay.
+
+        Patch embedding and PE: 0; block ``j`` of stage ``s`` (its PE norm
+        included): ``sum(depths[:s]) + j + 1``; the patch merging after
+        stage ``s``: ``sum(depths[:s + 1])``; the rest (output norms, MPVG's
+        last PE norm): ``L + 1``.
+
+        Returns:
+            tuple[int, int]: ``(layer_depth, L + 2)``.
+        """
+        total = self.num_layers + 2
+        if not param_name.startswith(prefix):
+            return total - 1, total
+        name = param_name[len(prefix):]
+        if name == 'pos_embed' or name.startswith('patch_embed'):
+            return 0, total
+        if name.startswith('layers.'):
+            parts = name.split('.')
+            s = int(parts[1])
+            if parts[2] == 'downsample':
+                return sum(self.depths[:s + 1]), total
+            return sum(self.depths[:s]) + int(parts[3]) + 1, total
+        return total - 1, total
+
+    # ------------------------------------------------------------------
+    # checkpoints
+    def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
+                        **kwargs) -> None:
+        """Resize a checkpoint's PE to this model's grid (bicubic, the raw
+        PE) before it is loaded; refuse another width or window size."""
+        key = prefix + 'pos_embed'
+        if key in state_dict and self.pos_embed is not None:
+            src = state_dict[key]
+            n = src.shape[1] if src.dim() == 3 else -1
+            side = math.isqrt(max(n, 0))
+            if src.dim() != 3 or src.shape[2] != self.embed_dims:
+                raise ValueError(f'Checkpoint does not fit: {key} has shape '
+                                 f'{tuple(src.shape)}, this model '
+                                 f'{tuple(self.pos_embed.shape)}')
+            if n != self.pos_embed.shape[1]:
+                if side * side != n:
+                    raise ValueError(
+                        f'Checkpoint does not fit: {key} has {n} rows, not '
+                        f'a square grid; cannot resize it to '
+                        f'{self.grid_size}')
+                print_log(
+                    f'Resize {key} from a {side}x{side} to a '
+                    f'{self.grid_size[0]}x{self.grid_size[1]} grid',
+                    logger='current')
+                state_dict[key] = resize_pos_embed(
+                    src, (side, side),
+                    self.grid_size,
+                    mode=self.interpolate_mode,
+                    num_extra_tokens=0)
+        rows = (2 * self.window_size - 1)**2
+        for k, v in state_dict.items():
+            if (k.startswith(prefix)
+                    and k.endswith('relative_position_bias_table')
+                    and v.shape[0] != rows):
+                raise ValueError(
+                    f'Checkpoint does not fit: {k} has {v.shape[0]} rows, '
+                    f'a window of {math.isqrt(v.shape[0]) // 2 + 1}; this '
+                    f'model has window_size={self.window_size} ({rows} rows)')
+
+    def init_weights(self) -> None:
+        """Load ``init_cfg=dict(type='Pretrained', ...)`` through
+        :meth:`load_pretrained`; any other init_cfg as mmengine does."""
+        cfg = self.init_cfg
+        if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+            self._is_init = True
+            return
+        super().init_weights()
+
+    def check_join_compatible(self, state_dict: Dict) -> None:
+        """Refuse a state dict whose PE norms sit in other layers than this
+        model's (a checkpoint of another join).
+
+        Raises:
+            ValueError: Names both sides' PE-norm layers.
+        """
+        found = sorted({
+            k.rsplit('.pe_norm.', 1)[0]
+            for k in state_dict if '.pe_norm.' in k
+        })
+        expected = sorted(f'layers.{s}.blocks.{j}'
+                          for s, stage in enumerate(self.layers)
+                          for j, blk in enumerate(stage.blocks)
+                          if hasattr(blk, 'pe_norm'))
+        if found != expected:
+            raise ValueError(
+                f'Checkpoint does not fit the join: it has PE norms in '
+                f'{len(found)} blocks but this model (pe_join.type='
+                f'{self.pe_join.name!r}) has them in {len(expected)}. '
+                f'Initialise from a checkpoint trained with the same join.')
+
+    def load_pretrained(self,
+                        checkpoint: str,
+                        prefix: Optional[str] = None) -> None:
+        """Load a Swin checkpoint of any known layout into this backbone.
+
+        The file is read with mmlape's safe loader; ``prefix`` (e.g.
+        ``'backbone.'``) selects the backbone part; official
+        (microsoft/Swin-Transformer) and mmpretrain layouts are converted
+        (:func:`mmlape.utils.convert.convert_swin_backbone`); the PE-norm
+        layers must match this join; the PE is resized to this grid.
+        Missing and unexpected keys are logged (an official Swin-T has no
+        absolute PE: it stays as initialised).
+
+        Raises:
+            ValueError: No keys under ``prefix``, another join, another
+                width or window size.
+        """
+        from mmengine.runner.checkpoint import CheckpointLoader
+        ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        sd = unwrap_state_dict(ckpt)
+        if prefix:
+            sd = {
+                k[len(prefix):]: v
+                for k, v in sd.items() if k.startswith(prefix)
+            }
+            if not sd:
+                raise ValueError(f'Checkpoint "{checkpoint}" has no keys '
+                                 f'under prefix "{prefix}"')
+        sd = convert_swin_backbone(sd)
+        self.check_join_compatible(sd)
+        try:
+            missing, unexpected = self.load_state_dict(sd, strict=False)
+        except RuntimeError as err:
+            raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
+                             f'{type(self).__name__}: {err}') from None
+        if missing:
+            print_log(
+                f'Keys missing from "{checkpoint}" (left as initialised): '
+                f'{missing}',
+                logger='current',
+                level=30)
+        if unexpected:
+            print_log(
+                f'Unexpected keys in "{checkpoint}" (ignored): {unexpected}',
+                logger='current',
+                level=30)
+        print_log(
+            f'Loaded {len(sd) - len(unexpected)} tensors from '
+            f'"{checkpoint}"',
+            logger='current')

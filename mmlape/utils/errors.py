@@ -1,0 +1,68 @@
+"""Errors that mean "the input is wrong", not "mmlape has a bug".
+
+References:
+    The exit-status convention of command-line tools (2 for a usage error,
+    as argparse uses), and torch's ``ExceptionWrapper``, which re-raises an
+    exception of a DataLoader worker in the main process with the worker's
+    traceback folded into the message.
+
+mmlape raises a subclass of :class:`InputError` at the place where it checks
+an input: a config, a command-line value, a checkpoint file, a data file, a
+work dir. The tools print such an error as one line and exit with status 2,
+wherever it surfaces (also inside ``runner.train()`` and ``runner.test()``);
+any other exception is a bug and keeps its traceback.
+"""
+
+__all__ = [
+    'InputError', 'ConfigError', 'CheckpointError', 'CheckpointNotFoundError',
+    'DataError', 'one_line'
+]
+
+
+class InputError(Exception):
+    """A problem with the user's input, explained by the message."""
+
+
+class ConfigError(InputError, ValueError):
+    """A config value, a ``--cfg-options`` entry or a command-line flag that
+    cannot be used."""
+
+
+class CheckpointError(InputError, ValueError):
+    """A checkpoint that cannot be read, or that belongs to another
+    model."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint path that names no file."""
+
+
+class DataError(InputError, ValueError):
+    """A data file (annotation, image) that cannot be read."""
+
+
+def one_line(err: BaseException) -> str:
+    """The message of an input error as one line.
+
+    A DataLoader worker's error reaches the main process with the worker's
+    traceback in its message; only the error's own last line is kept, without
+    the ``module.Class:`` prefix.
+
+    Args:
+        err (BaseException): The error.
+
+    Returns:
+        str: The message on one line.
+
+    Example:
+        >>> one_line(DataError('image "a.png" does not exist'))
+        'image "a.png" does not exist'
+    """
+    text = str(err).strip()
+    if 'Original Traceback' in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        name = type(err).__name__
+        if f'{name}: ' in last:
+            last = last.split(f'{name}: ', 1)[1]
+        text = last.strip()
+    return ' '.join(text.split())

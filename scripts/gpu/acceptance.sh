@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The whole GPU acceptance run in a few long device calls: set the machine up
+# (scripts/gpu/setup.sh), then every section of benchmarks/bench_gpu.py, one
+# after another, each saving its rows as soon as it ends; at the end, one
+# table of them all.
+#
+# A device call may last 10 minutes and the machine stays only while calls
+# follow each other: `start` launches the run detached (in its own session,
+# so it outlives the call) and follows it for SECONDS; `wait` follows it for
+# SECONDS more (call it again within 30 s of the previous call's end). Both
+# print the new log lines, then the table once the run is done, and copy the
+# table, the log and the rows to $OUT when $OUT is set. Sections whose rows
+# exist are not run again: `start` on the same machine resumes.
+#
+# Usage (repository root, on the GPU machine, .whl/ carried along):
+#   bash scripts/gpu/acceptance.sh start [SECONDS]   # default 540
+#   bash scripts/gpu/acceptance.sh wait [SECONDS]    # default 540
+#   bash scripts/gpu/acceptance.sh run               # in the foreground
+# Environment:
+#   PYTHON       interpreter (default: python3)
+#   BUILD_DIR    where setup.sh builds and the results go (default: .gpu_build)
+#   SECTIONS     bench_gpu.py sections, in order
+#                (default: deit msda adapter segmenter dist compile)
+#   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-python3}
+BUILD=${BUILD_DIR:-.gpu_build}
+DIR=$BUILD/acceptance
+SECTIONS=${SECTIONS:-deit msda adapter segmenter dist compile}
+mode=${1:-run}
+seconds=${2:-540}
+
+run_all() {
+    mkdir -p "$DIR"
+    echo running > "$DIR/status"
+    echo $$ > "$DIR/pid"
+    trap '[[ $(cat "$DIR/status") == done ]] || echo failed > "$DIR/status"' \
+        EXIT
+    bash scripts/gpu/setup.sh
+    for section in $SECTIONS; do
+        if [[ -f $DIR/$section.json ]]; then
+            echo "[acceptance] $section: rows exist, not run again"
+            continue
+        fi
+        # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+        if "$PY" benchmarks/bench_gpu.py --sections "$section" \
+            --json "$DIR/$section.part" --work-root "$DIR/dist" \
+            ${BENCH_ARGS:-}; then
+            mv "$DIR/$section.part" "$DIR/$section.json"
+        else
+            echo "[acceptance] $section: bench_gpu.py failed (see above)"
+        fi
+    done
+    "$PY" benchmarks/bench_gpu.py --merge "$DIR"/*.json > "$DIR/table.md"
+    echo done > "$DIR/status"
+}
+
+export_results() {
+    [[ -n ${OUT:-} ]] || return 0
+    [[ -f $DIR/table.md ]] && cp "$DIR/table.md" "$OUT/"
+    [[ -f $DIR/log.txt ]] && tail -c 4000000 "$DIR/log.txt" > "$OUT/log.txt"
+    local files=()
+    for f in "$DIR"/*.json "$BUILD/mmcv_build_time.txt"; do
+        [[ -f $f ]] && files+=("$f")
+    done
+    ((${#files[@]})) && tar -czf "$OUT/results.tar.gz" "${files[@]}"
+    # the built mmcv wheel, to carry to a later machine (.whl/built/)
+    bash scripts/gpu/setup.sh --export-only "$OUT" > /dev/null
+    return 0
+}
+
+follow() {
+    local end=$((SECONDS + $1)) offset=0 status
+    [[ -f $DIR/status ]] || { echo "no run in $DIR: use 'start'" >&2; exit 2; }
+    [[ -f $DIR/offset ]] && offset=$(cat "$DIR/offset")
+    while :; do
+        status=$(cat "$DIR/status")
+        if [[ $status == running && -f $DIR/pid ]] &&
+            ! kill -0 "$(cat "$DIR/pid")" 2>/dev/null; then
+            status=stopped
+        fi
+        size=$(stat -c %s "$DIR/log.txt" 2>/dev/null || echo 0)
+        if ((size > offset)); then
+            tail -c +$((offset + 1)) "$DIR/log.txt" | head -c $((size - offset))
+            offset=$size
+            echo "$offset" > "$DIR/offset"
+        fi
+        [[ $status != running ]] && break
+        ((SECONDS < end)) || break
+        sleep 10
+    done
+    export_results
+    case $status in
+        done) echo; cat "$DIR/table.md" ;;
+        running) echo "[acceptance] still running: call 'wait' again" ;;
+        *) echo "[acceptance] the run ended ($status) before the table:" \
+               "see the log above"; exit 1 ;;
+    esac
+}
+
+case $mode in
+    run) run_all ;;
+    start)
+        mkdir -p "$DIR"
+        if [[ -f $DIR/pid ]] && kill -0 "$(cat "$DIR/pid")" 2>/dev/null; then
+            echo "[acceptance] a run is going on already"
+        else
+            echo running > "$DIR/status"
+            rm -f "$DIR/offset" "$DIR/table.md" "$DIR/pid"
+            setsid nohup bash "$0" run > "$DIR/log.txt" 2>&1 < /dev/null &
+        fi
+        follow "$seconds" ;;
+    wait) follow "$seconds" ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" ;;
+    *) echo "error: unknown command $mode (start, wait, run)" >&2; exit 2 ;;
+esac

@@ -1,0 +1,209 @@
+"""GPU hazards that a CPU can pin: mixed precision and host syncs.
+
+Under autocast the PE plan (LayerNorms of the PE, relative-bias norms, the
+MPVG final term) must stay in float32, so that a plan cached in one
+precision serves the other unchanged, and every join must run forward and
+backward with finite results close to float32. A forward pass must not read
+tensor values on the host (``.item()``, ``bool(t)``, ``int(t)``...): on a
+GPU each such read waits for the device.
+"""
+import os.path as osp
+import sys
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from mmlape.models import LaPEViT, LaPEViTAdapter
+
+IMG = 32
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _one_thread():
+    """Tiny models run far faster on one thread of a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+DTYPES = (torch.bfloat16, torch.float16)
+#: (join, pe_type, out_type): every join, both PE kinds that carry state
+#: (learnable; relative bias, for the joins that take it) and MPVG's two
+#: final-term paths (pooled and per token).
+CASES = [
+    ('Default', 'learnable', 'cls_token'),
+    ('Default', 'relative', 'cls_token'),
+    ('Share', 'learnable', 'cls_token'),
+    ('Unshare', 'learnable', 'cls_token'),
+    ('LaPE', 'learnable', 'cls_token'),
+    ('LaPE', 'sincos2d', 'cls_token'),
+    ('LaPE', 'relative', 'cls_token'),
+    ('PVG', 'learnable', 'avg_featmap'),
+    ('MPVG', 'learnable', 'avg_featmap'),
+    ('MPVG', 'learnable', 'featmap'),
+]
+
+
+def build(join, pe_type, out_type):
+    gap = join in ('PVG', 'MPVG')
+    model = LaPEViT(
+        'test-tiny',
+        img_size=IMG,
+        patch_size=8,
+        pe_join=join,
+        pe_type=pe_type,
+        with_cls_token=not gap,
+        out_type=out_type)
+    with torch.no_grad():  # non-trivial PE norms
+        for name, p in model.named_parameters():
+            if 'norm' in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=['bf16', 'fp16'])
+@pytest.mark.parametrize('join,pe_type,out_type', CASES)
+def test_autocast_forward_backward(join, pe_type, out_type, dtype):
+    model = build(join, pe_type, out_type).train()
+    img = torch.randn(2, 3, IMG, IMG)
+    ref = model(img)[0]
+    ref.square().mean().backward()
+    ref_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    with torch.autocast('cpu', dtype=dtype):
+        out = model(img)[0]
+        plan = model.pe_plan(model.grid_size)
+    # the final norm's output: float32, as on a GPU (layer_norm autocasts to
+    # float32 there), and close to the float32 result
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, ref, atol=0.1, rtol=0.05)
+    out.square().mean().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        assert torch.isfinite(p.grad).all(), name
+        assert p.grad.dtype == p.dtype, name
+        if ref_grads[name].abs().max() > 0:
+            cos = torch.nn.functional.cosine_similarity(
+                p.grad.flatten(), ref_grads[name].flatten(), dim=0)
+            assert cos > 0.9, (name, cos.item())
+    tensors = [plan.input, plan.final, plan.final_mean]
+    tensors += plan.residual + plan.attn + plan.bias
+    assert any(t is not None for t in tensors)
+    for t in tensors:
+        assert t is None or t.dtype == torch.float32
+
+
+@pytest.mark.parametrize('join,pe_type,out_type', CASES)
+def test_cached_plan_serves_both_precisions(join, pe_type, out_type):
+    """A plan cached under autocast, reused without it, gives the float32
+    result exactly (and the other way round)."""
+    model = build(join, pe_type, out_type).eval()
+    img = torch.randn(2, 3, IMG, IMG)
+    with torch.no_grad():
+        model.cache_pe_plan = False
+        ref = model(img)[0]
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            ref_amp = model(img)[0]
+        model.cache_pe_plan = True
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            model(img)  # fills the cache under autocast
+        assert len(model._plan_cache) == 1
+        torch.testing.assert_close(model(img)[0], ref, rtol=0, atol=0)
+        model.train().eval()  # empties the cache
+        model(img)  # fills it in float32
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            torch.testing.assert_close(model(img)[0], ref_amp, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('join', ['Default', 'LaPE', 'PVG'])
+def test_adapter_autocast(join):
+    model = LaPEViTAdapter(
+        'test-tiny', img_size=64, pe_join=join, window_size=[2, 0, 2,
+                                                             0]).train()
+    img = torch.randn(2, 3, 64, 96)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        feats = model(img)
+    assert [f.shape[-1] for f in feats] == [24, 12, 6, 3]
+    for f in feats:
+        assert f.is_floating_point() and torch.isfinite(f).all()
+    sum(f.float().square().mean() for f in feats).backward()
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+MMLAPE = osp.dirname(osp.dirname(osp.abspath(__file__))) + '/mmlape/'
+HOST_READS = ('item', 'tolist', '__bool__', '__int__', '__float__',
+              '__index__', '__len__', '__format__', 'numpy', 'cpu')
+
+
+class HostReads(TorchFunctionMode):
+    """Records the tensor-to-host reads that mmlape's own code makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, '__name__', '')
+        if name in HOST_READS:
+            caller = sys._getframe(1)
+            if caller.f_code.co_filename.startswith(MMLAPE):
+                self.found.append(f'{name} at {caller.f_code.co_filename}:'
+                                  f'{caller.f_lineno}')
+        return func(*args, **(kwargs or {}))
+
+
+def test_host_read_detector_works():
+    """The detector sees a read made from an mmlape file."""
+    code = compile('def read(t):\n    return t.item()\n',
+                   MMLAPE + 'models/fake.py', 'exec')
+    scope = {}
+    exec(code, scope)
+    with HostReads() as mode:
+        scope['read'](torch.tensor(1.))
+    assert len(mode.found) == 1 and 'item' in mode.found[0]
+
+
+@pytest.mark.parametrize('join,pe_type,out_type', CASES)
+def test_vit_forward_reads_nothing_on_the_host(join, pe_type, out_type):
+    model = build(join, pe_type, out_type)
+    img = torch.randn(2, 3, IMG, IMG)
+    for train in (True, False):
+        model.train(train)
+        with torch.set_grad_enabled(train), HostReads() as mode:
+            model(img)
+            model(img)  # the second eval forward takes the cached plan
+        assert mode.found == []
+
+
+def test_adapter_forward_reads_nothing_on_the_host():
+    """mmlape's part of ViT-Adapter (mmcv's deformable attention is not
+    mmlape's: its CPU path and its input check read shapes)."""
+    model = LaPEViTAdapter('test-tiny', img_size=64, pe_join='LaPE').train()
+    with HostReads() as mode:
+        model(torch.randn(1, 3, 64, 64))
+    assert mode.found == []
+
+
+@pytest.mark.parametrize('join', ['Default', 'LaPE', 'MPVG'])
+def test_eval_plan_cache_does_not_break_compiled_graphs(join):
+    """A second eval call (the cached plan) compiles into one graph."""
+    import torch._dynamo as dynamo
+    cls_token = join in ('Default', 'LaPE')
+    model = LaPEViT(
+        arch=dict(
+            embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64),
+        img_size=32,
+        patch_size=8,
+        pe_join=dict(type=join),
+        with_cls_token=cls_token,
+        out_type='cls_token' if cls_token else 'avg_featmap').eval()
+    img = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        model(img)  # fills the plan cache
+        dynamo.reset()
+        explained = dynamo.explain(model)(img)
+    assert explained.graph_break_count == 0, explained.break_reasons

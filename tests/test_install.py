@@ -1,0 +1,154 @@
+"""mmlape installed from a wheel (not editable), used from a directory
+outside the repository: the configs and tools ship in ``mmlape/.mim`` and
+configs elsewhere inherit ``mmlape::`` bases, dense ones included."""
+import glob
+import os.path as osp
+import shutil
+import sys
+import textwrap
+import zipfile
+
+import pytest
+from conftest import ROOT, run
+
+#: What a source distribution of mmlape holds (what setup.py reads).
+SOURCES = ('setup.py', 'setup.cfg', 'MANIFEST.in', 'README.md',
+           'model-index.yml', 'requirements', 'mmlape', 'configs', 'tools')
+
+USER_CONFIGS = {
+    'my_deit.py':
+    """
+    _base_ = 'mmlape::deit/deit-tiny-lape_4xb256_in1k.py'
+    model = dict(backbone=dict(drop_path_rate=0.2))
+    """,
+    'my_mask_rcnn.py':
+    """
+    _base_ = ('mmlape::vit_adapter/'
+              'mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py')
+    train_dataloader = dict(dataset=dict(pipeline={{_base_.train_pipeline}}))
+    """,
+    'my_upernet.py':
+    """
+    _base_ = ('mmlape::vit_adapter/'
+              'upernet_vit-adapter-tiny-mpvg_8xb2-160k_ade20k-512x512.py')
+    """,
+    'my_segmenter.py':
+    """
+    _base_ = ('mmlape::segmenter/'
+              'segmenter_vit-tiny-pvg_mask_8xb1-160k_ade20k-512x512.py')
+    """,
+    'my_demo.py':
+    """
+    _base_ = 'mmlape::demo/deit-demo-lape_pos-shapes.py'
+    """,
+}
+
+CHECK = """
+import importlib
+import os.path as osp
+import sys
+
+import mmlape
+from mmengine.config import Config
+from mmengine.registry import METRICS, MODELS, TRANSFORMS, DefaultScope
+
+site = sys.argv[1]
+assert mmlape.__file__.startswith(site), mmlape.__file__
+mim = osp.join(site, 'mmlape', '.mim')
+
+
+def load(name, scope, base):
+    cfg = Config.fromfile(name)
+    assert cfg.default_scope == scope, cfg.default_scope
+    assert osp.join(mim, 'configs', base) in cfg.text, 'base not installed'
+    importlib.import_module(f'{scope}.utils').register_all_modules(False)
+    return cfg
+
+
+cfg = load('my_deit.py', 'mmpretrain', 'deit/deit-tiny_4xb256_in1k.py')
+backbone = cfg.model.backbone
+assert (backbone.type, backbone.pe_join.type) == ('LaPEViT', 'LaPE')
+assert backbone.drop_path_rate == 0.2 and backbone.arch == 'deit-tiny'
+
+cfg = load('my_upernet.py', 'mmseg', 'vit_adapter/upernet_vit-adapter-'
+           'tiny_8xb2-160k_ade20k-512x512.py')
+assert cfg.model.backbone.type == 'LaPEViTAdapter'
+assert cfg.model.backbone.pe_join.type == 'MPVG'
+assert cfg.model.backbone.final_norm is True
+assert cfg.model.backbone.init_cfg.checkpoint.endswith('-mpvg_in1k.pth')
+
+cfg = load('my_segmenter.py', 'mmseg', 'segmenter/segmenter_vit-tiny_mask_'
+           '8xb1-160k_ade20k-512x512.py')
+assert cfg.model.backbone.pe_join.type == 'PVG'
+
+# The stamped mmlape scope builds the host's classes.
+cfg = load('my_mask_rcnn.py', 'mmdet', 'vit_adapter/mask-rcnn_vit-adapter-'
+           'tiny_fpn_3x_coco.py')
+with DefaultScope.overwrite_default_scope('mmdet'):
+    pipeline = [
+        TRANSFORMS.build(t) for t in cfg.train_dataloader.dataset.pipeline
+    ]
+    model = MODELS.build(cfg.model)
+assert type(pipeline[-1]).__module__.startswith('mmdet.'), pipeline[-1]
+assert type(model).__name__ == 'MaskRCNN'
+assert type(model.backbone).__name__ == 'LaPEViTAdapter'
+assert model.backbone.pe_join.name == 'LaPE'
+
+cfg = load('my_demo.py', 'mmpretrain', 'demo/deit-demo_pos-shapes.py')
+with DefaultScope.overwrite_default_scope('mmpretrain'):
+    model = MODELS.build(cfg.model)
+    metric = METRICS.build(cfg.val_evaluator)
+assert type(model).__module__.startswith('mmpretrain.')
+assert model.backbone.pe_join.name == 'LaPE'
+assert type(metric).__module__.startswith('mmpretrain.')
+
+# The tools ship too, and run from the installed package.
+sys.path.insert(0, mim)
+from tools.train import parse_args
+assert parse_args(['my_demo.py', '--launcher', 'slurm']).launcher == 'slurm'
+assert osp.isfile(osp.join(mim, 'tools', 'slurm_train.sh'))
+print('ok')
+"""
+
+
+@pytest.mark.slow
+def test_configs_inherit_mmlape_bases_from_a_wheel(tmp_path):
+    src = tmp_path / 'src'
+    src.mkdir()
+    ignore = shutil.ignore_patterns('__pycache__', '*.pyc', '.mim')
+    for name in SOURCES:
+        path = osp.join(ROOT, name)
+        if osp.isdir(path):
+            shutil.copytree(path, src / name, ignore=ignore)
+        else:
+            shutil.copy(path, src / name)
+    pip = [sys.executable, '-m', 'pip']
+    run(pip + [
+        'wheel', '--no-deps', '--no-build-isolation', '--no-index', '-q', '-w',
+        str(tmp_path / 'wheels'),
+        str(src)
+    ])
+    wheel, = glob.glob(str(tmp_path / 'wheels' / 'mmlape-*.whl'))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    dist_info = osp.basename(wheel).split('-py')[0] + '.dist-info'
+    assert {n.split('/')[0] for n in names} == {'mmlape', dist_info}
+    for name in (
+            'configs/deit/deit-tiny-lape_4xb256_in1k.py',
+            'configs/vit_adapter/mask-rcnn_vit-adapter-tiny_fpn_3x_coco.py',
+            'configs/demo/deit-demo_pos-shapes.py', 'model-index.yml',
+            'configs/deit/metafile.yml', 'tools/train.py',
+            'tools/slurm_train.sh', 'tools/common.py'):
+        assert f'mmlape/.mim/{name}' in names, name
+    site = str(tmp_path / 'site')
+    run(pip +
+        ['install', '--no-deps', '--no-index', '-q', '--target', site, wheel])
+    user = tmp_path / 'elsewhere'
+    user.mkdir()
+    for name, text in USER_CONFIGS.items():
+        (user / name).write_text(textwrap.dedent(text))
+    (user / 'check.py').write_text(CHECK)
+    out = run([sys.executable, 'check.py', site],
+              cwd=str(user),
+              threads=2,
+              env=dict(PYTHONPATH=site))
+    assert out.stdout.strip().splitlines()[-1] == 'ok', out.stdout[-2000:]

@@ -1,0 +1,285 @@
+"""The package as others build on it: import side effects, safe loading on
+and off, the mmlape scope, things defined once, docs/methods.md."""
+import glob
+import importlib
+import os.path as osp
+import re
+import sys
+import textwrap
+from typing import get_args
+
+import pytest
+import torch
+from conftest import ROOT, run
+
+HOSTS = ('mmpretrain', 'mmdet', 'mmseg')
+
+
+@pytest.mark.slow
+def test_import_mmlape_imports_no_host_library():
+    """``import mmlape`` registers everything but imports no host task
+    library; the lazily registered optimizer constructor imports mmpretrain
+    only when it is built."""
+    code = textwrap.dedent(f'''
+        import sys
+        import mmlape
+        hosts = {HOSTS!r}
+        loaded = [m for m in hosts if m in sys.modules]
+        assert not loaded, f'import mmlape imported {{loaded}}'
+        from mmengine.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
+        assert MODELS.get('LaPEViT') is not None
+        assert MODELS.get('LaPEViTAdapter') is not None
+        name = 'LaPELayerDecayOptimWrapperConstructor'
+        assert name in OPTIM_WRAPPER_CONSTRUCTORS.module_dict
+        assert 'mmpretrain' not in sys.modules
+        constructor = OPTIM_WRAPPER_CONSTRUCTORS.build(dict(
+            type=name,
+            optim_wrapper_cfg=dict(optimizer=dict(type='AdamW', lr=1e-3)),
+            paramwise_cfg=dict(layer_decay_rate=0.9)))
+        assert type(constructor).__name__ == name
+        assert 'mmpretrain' in sys.modules
+        print('ok')
+        ''')
+    out = run([sys.executable, '-c', code])
+    assert out.stdout.strip().endswith('ok')
+
+
+def test_layer_decay_constructor_class_is_importable():
+    from mmlape.engine import LaPELayerDecayOptimWrapperConstructor
+    from mmlape.engine.optim import \
+        LaPELayerDecayOptimWrapperConstructor as direct
+    assert LaPELayerDecayOptimWrapperConstructor is direct
+    import mmlape.engine
+    with pytest.raises(AttributeError, match='no attribute'):
+        mmlape.engine.Nope
+
+
+@pytest.mark.slow
+def test_safe_loading_off_then_on_and_idempotent(tmp_path):
+    """mmengine alone (off) refuses its own training checkpoints under
+    torch's weights_only default; after ``import mmlape`` (on) they load,
+    arbitrary objects are still refused, and installing again changes
+    nothing."""
+    code = textwrap.dedent('''
+        import pickle, sys
+        import torch
+        from mmengine.logging import HistoryBuffer
+        from mmengine.runner.checkpoint import CheckpointLoader
+
+        path, evil = sys.argv[1], sys.argv[2]
+        buf = HistoryBuffer()
+        buf.update(0.5)
+        torch.save({'state_dict': {'w': torch.ones(2)},
+                    'message_hub': {'log_scalars': {'loss': buf}}}, path)
+
+        class Payload:
+            def __reduce__(self):
+                return (print, ('ran',))
+
+        torch.save({'x': Payload()}, evil)
+        try:
+            CheckpointLoader.load_checkpoint(path)
+            print('off: loaded')
+        except pickle.UnpicklingError:
+            print('off: refused')
+
+        import mmlape
+        from mmlape.utils import UnsafeCheckpointError, install_safe_loading
+        loader = CheckpointLoader._schemes['']
+        n_globals = len(torch.serialization.get_safe_globals())
+        ckpt = CheckpointLoader.load_checkpoint(path)
+        print('on:', type(ckpt['message_hub']['log_scalars']['loss']).__name__)
+        try:
+            CheckpointLoader.load_checkpoint(evil)
+            print('on: evil loaded')
+        except UnsafeCheckpointError:
+            print('on: evil refused')
+        install_safe_loading()
+        install_safe_loading()
+        same = CheckpointLoader._schemes[''] is loader and len(
+            torch.serialization.get_safe_globals()) == n_globals
+        print('idempotent:', same)
+        ''')
+    out = run([
+        sys.executable, '-c', code,
+        str(tmp_path / 'a.pth'),
+        str(tmp_path / 'evil.pth')
+    ],
+              cwd=str(tmp_path))
+    lines = [
+        line for line in out.stdout.splitlines()
+        if ' - mmengine - ' not in line
+    ]
+    assert lines == [
+        'off: refused', 'on: HistoryBuffer', 'on: evil refused',
+        'idempotent: True'
+    ], out.stdout + out.stderr
+    assert (tmp_path / 'evil.pth').is_file()
+
+
+@pytest.mark.parametrize('host,kind,name,module', [
+    ('mmdet', 'TRANSFORMS', 'PackDetInputs', 'mmdet.'),
+    ('mmseg', 'TRANSFORMS', 'LoadAnnotations', 'mmseg.'),
+    ('mmpretrain', 'METRICS', 'Accuracy', 'mmpretrain.'),
+    ('mmpretrain', 'PARAM_SCHEDULERS', 'LinearLR', 'mmengine.'),
+])
+def test_mmlape_scope_resolves_host_types(host, kind, name, module):
+    """A dict stamped ``_scope_='mmlape'`` (what mmengine does to dicts of
+    an ``mmlape::`` base) builds the host's class, not a root one."""
+    import mmengine.registry as registries
+    importlib.import_module(f'{host}.utils').register_all_modules(False)
+    registry = getattr(registries, kind)
+    with registry.switch_scope_and_registry(host) as host_registry:
+        want = host_registry.get(name)
+        with registry.switch_scope_and_registry('mmlape') as scoped:
+            assert scoped.scope == 'mmlape'
+            got = scoped.get(name)
+    assert got is want and got.__module__.startswith(module)
+
+
+def test_mmlape_scope_builds_a_whole_host_model():
+    from mmengine.registry import MODELS, DefaultScope
+    from mmpretrain.models import ImageClassifier
+    from mmpretrain.utils import register_all_modules
+
+    from mmlape.models import LaPEViT
+    register_all_modules(False)
+    cfg = dict(
+        _scope_='mmlape',
+        type='ImageClassifier',
+        backbone=dict(
+            type='LaPEViT', arch='test-tiny', img_size=32, patch_size=8),
+        head=dict(
+            type='LinearClsHead',
+            num_classes=3,
+            in_channels=64,
+            loss=dict(type='CrossEntropyLoss')))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(cfg)
+    assert type(model) is ImageClassifier
+    assert isinstance(model.backbone, LaPEViT)
+    with DefaultScope.overwrite_default_scope('mmlape'):
+        assert MODELS.build(
+            dict(type='LaPEViT', arch='test-tiny', img_size=32,
+                 patch_size=8)).pe_join.name == 'Default'
+
+
+def test_pe_types_defined_once():
+    from mmlape.models import LaPEViT
+    from mmlape.models.layers import pe_join
+    from mmlape.models.layers.pos_embed import (ABSOLUTE_PE_TYPES, PE_TYPES,
+                                                PEType)
+    assert PE_TYPES == get_args(PEType) == ('learnable', 'sincos1d',
+                                            'sincos2d', 'relative')
+    assert ABSOLUTE_PE_TYPES == ('learnable', 'sincos1d', 'sincos2d')
+    for cls in (pe_join.DefaultJoin, pe_join.ShareJoin, pe_join.UnshareJoin,
+                pe_join.LaPEJoin, pe_join.PVGJoin, pe_join.MPVGJoin):
+        assert set(cls.pe_types) <= set(PE_TYPES), cls
+    with pytest.raises(ValueError, match="pe_type='rope'.*'relative'"):
+        LaPEViT('test-tiny', img_size=32, patch_size=8, pe_type='rope')
+    # Nowhere else in the package is the list spelled out.
+    pattern = re.compile(r"'learnable',\s*'sincos1d'")
+    for path in glob.glob(
+            osp.join(ROOT, 'mmlape', '**', '*.py'), recursive=True):
+        if path.endswith(osp.join('layers', 'pos_embed.py')):
+            continue
+        with open(path, encoding='utf-8') as f:
+            assert not pattern.search(f.read()), path
+
+
+def test_resize_pos_embed_takes_mmpretrain_arguments():
+    from mmpretrain.models.utils import resize_pos_embed as mmpretrain_resize
+
+    from mmlape.models import resize_pos_embed
+    pe = torch.randn(1, 1 + 4 * 4, 8)
+    for args in [((4, 4), (6, 3)), ((4, 4), (6, 3), 'bilinear'),
+                 ((4, 4), (2, 8), 'bicubic', 1)]:
+        torch.testing.assert_close(
+            resize_pos_embed(pe, *args), mmpretrain_resize(pe, *args))
+    flat = pe[:, 1:]
+    torch.testing.assert_close(
+        resize_pos_embed(flat, (4, 4), (8, 8), num_extra_tokens=0),
+        mmpretrain_resize(flat, (4, 4), (8, 8), num_extra_tokens=0))
+    # A caller still passing (num_extra_tokens, mode) in the old order gets
+    # a clear error, not a silent misuse.
+    with pytest.raises(ValueError, match='mode must be one of .* got 1'):
+        resize_pos_embed(pe, (4, 4), (8, 8), 1, 'bicubic')
+    with pytest.raises(ValueError, match='17 rows'):
+        resize_pos_embed(pe, (4, 4), (8, 8), num_extra_tokens=0)
+
+
+def _check_env():
+    sys.path.insert(0, osp.join(ROOT, 'scripts'))
+    try:
+        return importlib.import_module('check_env')
+    finally:
+        sys.path.pop(0)
+
+
+def test_version_pins_come_from_the_requirements_files():
+    check_env = _check_env()
+    reqs = check_env.read_requirements('openmmlab.txt')
+    assert reqs['mmcv'][0][0] == '=='
+    assert check_env.pin('mmcv') == 'mmcv==' + reqs['mmcv'][0][1]
+    setuptools = check_env.read_requirements('build.txt')['setuptools']
+    assert check_env.pin('setuptools') == 'setuptools' + ','.join(
+        op + v for op, v in setuptools)
+    assert check_env.satisfies('80.9.0', setuptools)
+    assert not check_env.satisfies('81.0.0', setuptools)
+    assert check_env.satisfies('2.13.0+cpu', [('==', '2.13.0')])
+    with pytest.raises(KeyError, match='no requirements'):
+        check_env.pin('nope')
+    # The scripts spell no version; the README's table agrees with the
+    # requirements files.
+    version = re.compile(r'\w==\s*\d|\b\d+\.\d+\.\d+\b')
+    for script in ('scripts/check_env.py', 'scripts/install.sh'):
+        with open(osp.join(ROOT, script), encoding='utf-8') as f:
+            assert not version.search(f.read()), script
+    with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as f:
+        readme = f.read()
+    pins = {}
+    for file in ('openmmlab.txt', 'torch.txt'):
+        for name, clauses in check_env.read_requirements(file).items():
+            pins[name] = clauses[0][1]
+    rows = [line for line in readme.splitlines() if line.startswith('| ')]
+    for names, versions in [('torch, torchvision', 'torch torchvision'),
+                            ('mmengine', 'mmengine'), ('mmcv', 'mmcv'),
+                            ('mmdet, mmsegmentation, mmpretrain',
+                             'mmdet mmsegmentation mmpretrain')]:
+        row = next(r for r in rows if r.split('|')[1].strip() == names)
+        want = ', '.join(pins[n] for n in versions.split())
+        assert row.split('|')[2].strip().startswith(want), row
+
+
+def test_methods_doc_is_the_reference():
+    with open(osp.join(ROOT, 'docs', 'methods.md'), encoding='utf-8') as f:
+        doc = f.read()
+    headings = re.findall(r'^## (.+)$', doc, flags=re.M)
+    for heading in ('Notation', 'Baselines', 'LaPE', 'PVG and MPVG',
+                    'PE types and resizing'):
+        assert heading in headings
+    for name in ('Default', 'Share', 'Unshare', 'LaPE', 'PVG', 'MPVG'):
+        assert f'`{name}`' in doc or f'**{name}**' in doc or \
+            f'## {name}' in doc, name
+    # Code and tests cite the doc in the repository, nothing outside it.
+    cited = []
+    paths = [osp.join(ROOT, 'setup.py')]
+    for folder in ('mmlape', 'tests', 'tools', 'benchmarks', 'scripts'):
+        paths += glob.glob(
+            osp.join(ROOT, folder, '**', '*.py'), recursive=True)
+    for path in paths:
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+        assert 'SPEC' '.md' not in text, path
+        if 'docs/methods.md' in text:
+            cited.append(osp.relpath(path, ROOT))
+    assert 'tests/reference.py' in cited
+    assert 'mmlape/models/layers/pe_join.py' in cited
+
+
+def test_ci_runs_the_docstring_examples():
+    """``make test`` (what CI runs) ends with the doctests of mmlape."""
+    out = run(['make', '-n', 'test'])
+    lines = out.stdout.strip().splitlines()
+    assert '-m pytest --doctest-modules mmlape' in lines[-1]
+    assert '-m pytest' in lines[-2] and '--doctest' not in lines[-2]

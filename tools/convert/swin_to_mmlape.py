@@ -1,0 +1,73 @@
+"""Convert a Swin checkpoint to mmlape's key names.
+
+Reads official microsoft/Swin-Transformer checkpoints (``model`` with
+``layers.{s}.blocks.{j}``; the classifier goes to ``head.fc``) and
+mmpretrain ``SwinTransformer`` checkpoints (``stages``, ``w_msa``, ``ffn``;
+the patch-merging channels are permuted to the official order), and writes
+an mmengine-style checkpoint (``state_dict`` with ``backbone.`` keys) that
+loads into an mmlape Swin classifier, or into a dense model with
+``init_cfg=dict(type='Pretrained', checkpoint=..., prefix='backbone.')``.
+
+Example:
+    python tools/convert/swin_to_mmlape.py swin_tiny_patch4_window7_224.pth \
+        swin-tiny_in1k.pth
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+import torch
+
+from mmlape.utils import safe_torch_load
+from mmlape.utils.convert import SWIN_FORMATS, convert_swin_checkpoint
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('src', help='checkpoint to convert')
+    parser.add_argument('dst', help='where to write the mmlape checkpoint')
+    parser.add_argument(
+        '--format',
+        choices=SWIN_FORMATS,
+        default=None,
+        help='source layout (detected when omitted)')
+    parser.add_argument(
+        '--head',
+        choices=('linear', 'none'),
+        default='linear',
+        help='where an official classifier goes: LinearClsHead (linear) or '
+        'dropped (none)')
+    parser.add_argument(
+        '--force', action='store_true', help='overwrite an existing dst')
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not osp.isfile(args.src):
+        print(
+            f'error: checkpoint "{args.src}" does not exist', file=sys.stderr)
+        return 2
+    if osp.exists(args.dst) and not args.force:
+        print(
+            f'error: "{args.dst}" exists; pass --force to overwrite it',
+            file=sys.stderr)
+        return 2
+    try:
+        ckpt = convert_swin_checkpoint(
+            safe_torch_load(args.src, 'cpu'), fmt=args.format, head=args.head)
+    except ValueError as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 2
+    tmp = args.dst + '.tmp'
+    torch.save(ckpt, tmp)
+    os.replace(tmp, args.dst)  # never leave a half-written dst
+    fmt = ckpt['meta']['converted_from']
+    print(f'converted {len(ckpt["state_dict"])} tensors ({fmt} layout) to '
+          f'{args.dst}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
