@@ -39,11 +39,9 @@ LOADER = dict(num_workers=0, persistent_workers=False)
 WIDTH = 64  # neck and head channels
 
 
-def small_adapter(img_size=128, checkpoint=None, level1_source=None):
+def small_adapter(img_size=128, checkpoint=None):
     """Backbone overrides: the dense-chain tests' small ViT-Adapter."""
-    extra = dict(level1_source=level1_source) if level1_source else {}
     return dict(
-        **extra,
         arch=dict(ARCH, deform_num_heads=3, _delete_=True),
         img_size=img_size,
         conv_inplane=16,
@@ -285,19 +283,15 @@ def train_and_test(config, work, threads=None):
     return metrics
 
 
-def stride4_report(config, checkpoint, num_images=16):
-    """What the trained ViT-Adapter Mask R-CNN's stride-4 level is made of,
-    and how well its RPN finds the objects, on the validation images.
-
-    Returns the shares of the level's pre-norm variance that come from the
-    spatial prior module's stride-4 feature (``c1``), from the transposed
-    convolution of the stride-8 output (``up``, official fusion only) and
-    from the ViT feature, and the RPN's recall at IoU 0.5 among its 10 and
-    100 best proposals.
-    """
+def detection_report(config, checkpoint, num_images=16):
+    """What a trained Mask R-CNN's RoI heads read, on the test images: the
+    largest difference between the RoI features of its FPN outputs and of
+    contiguous copies of them (non-zero when a channels-last map reaches
+    mmcv's CPU RoIAlign, the cause of issue 16), and the RPN's recall at
+    IoU 0.5 among its 10 and 100 best proposals."""
     import torch
     from mmdet.registry import DATASETS, MODELS
-    from mmdet.structures.bbox import bbox_overlaps
+    from mmdet.structures.bbox import bbox2roi, bbox_overlaps
     from mmengine.config import Config
     from mmengine.dataset import pseudo_collate
     from mmengine.registry import init_default_scope
@@ -309,44 +303,26 @@ def stride4_report(config, checkpoint, num_images=16):
     model = MODELS.build(cfg.model)
     load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     model.eval()
-    dataset = DATASETS.build(cfg.val_dataloader.dataset)
+    dataset = DATASETS.build(cfg.test_dataloader.dataset)
     data = model.data_preprocessor(
         pseudo_collate(
             [dataset[i] for i in range(min(num_images, len(dataset)))]), False)
-    backbone, parts = model.backbone, {}
-    hooks = [
-        backbone.spm.register_forward_hook(
-            lambda m, a, o: parts.__setitem__('c1', o[0])),
-        backbone.norm1.register_forward_pre_hook(
-            lambda m, a: parts.__setitem__('level', a[0]))
-    ]
-    if backbone.up is not None:
-        hooks.append(
-            backbone.up.register_forward_hook(
-                lambda m, a, o: parts.__setitem__('up', o)))
+    samples = data['data_samples']
     with torch.no_grad():
-        feats = model.neck(backbone(data['inputs']))
-        proposals = model.rpn_head.predict(
-            feats, data['data_samples'], rescale=False)
-    for h in hooks:
-        h.remove()
-    parts['vit'] = parts['level'] - parts['c1'] - parts.get('up', 0)
-
-    def var(t):
-        return float(t.var((0, 2, 3)).mean())
-
-    total = var(parts['level'])
-    report = {
-        f'level1 var share {k}': var(parts[k]) / total
-        for k in ('c1', 'up', 'vit') if k in parts
-    }
+        feats = model.extract_feat(data['inputs'])
+        proposals = model.rpn_head.predict(feats, samples, rescale=False)
+        rois = bbox2roi([p.bboxes[:100] for p in proposals])
+        extractor = model.roi_head.bbox_roi_extractor
+        got = extractor(feats[:extractor.num_inputs], rois)
+        want = extractor(
+            [f.contiguous() for f in feats[:extractor.num_inputs]], rois)
+    report = {'RoI feature error': float((got - want).abs().max())}
+    total = sum(len(s.gt_instances) for s in samples)
     for k in (10, 100):
         found = sum(
             int((bbox_overlaps(s.gt_instances.bboxes, p.bboxes[:k]).max(
-                1).values >= 0.5).sum())
-            for p, s in zip(proposals, data['data_samples']))
-        total_gt = sum(len(s.gt_instances) for s in data['data_samples'])
-        report[f'RPN recall@{k}'] = found / total_gt
+                1).values >= 0.5).sum()) for p, s in zip(proposals, samples))
+        report[f'RPN recall@{k}'] = found / total
     return report
 
 
@@ -380,13 +356,6 @@ def parse_args(argv=None):
         '--seg-iters', type=int, default=300, help='UperNet iterations')
     parser.add_argument(
         '--seg-crop', type=int, default=64, help='UperNet crop side')
-    parser.add_argument(
-        '--level1-source',
-        choices=['spm', 'spm+up'],
-        default=None,
-        help="the ViT-Adapter's stride-4 level (LaPEViTAdapter's "
-        "level1_source); 'spm+up' is the official fusion that does not "
-        'learn to detect here; defaults to the backbone default')
     parser.add_argument('--num-train', type=int, default=96)
     parser.add_argument('--num-val', type=int, default=16)
     parser.add_argument(
@@ -401,8 +370,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--diagnose',
         action='store_true',
-        help='after training, report what the stride-4 level of every '
-        'ViT-Adapter Mask R-CNN is made of and its RPN recall')
+        help='after training, report for every Mask R-CNN whether its RoI '
+        'features read the FPN maps correctly, and its RPN recall')
     parser.add_argument(
         '--jobs', type=int, default=1, help='runs at the same time')
     parser.add_argument(
@@ -414,8 +383,7 @@ def plan(args, data, pretrained):
     """(name, config) of every run."""
     runs = []
     coco, ade = data['coco'], data['ade']
-    tag = f'-{args.level1_source}' if args.level1_source else ''
-    tag += '-pretrained' if pretrained else ''
+    tag = '-pretrained' if pretrained else ''
     for seed in args.seeds:
         for model in args.models:
             if model == 'det-r18':
@@ -430,8 +398,7 @@ def plan(args, data, pretrained):
                                  milestone=args.milestone)))
                 continue
             for join in args.joins:
-                backbone = small_adapter(128, pretrained.get(join),
-                                         args.level1_source)
+                backbone = small_adapter(128, pretrained.get(join))
                 if model == 'det-vit':
                     base = DET_BASE.format(JOIN_SUFFIX[join])
                     over = det_overrides(
@@ -481,7 +448,7 @@ def main(argv=None):
         def pretrain(join):
             name = f'deit-{join}'
             cfg = write_config(
-                osp.join(work, name, 'config.py'),
+                osp.join(work, 'configs', name + '.py'),
                 f'configs/demo/deit-demo{suffix[join]}_pos-shapes.py',
                 deit_overrides(data['deit'], join, args.pretrain, 0))
             m = train_and_test(cfg, osp.join(work, name), args.threads)
@@ -496,7 +463,7 @@ def main(argv=None):
 
     def one(run_):
         name, label, seed, base, over = run_
-        cfg = write_config(osp.join(work, name, 'config.py'), base, over)
+        cfg = write_config(osp.join(work, 'configs', name + '.py'), base, over)
         m = train_and_test(cfg, osp.join(work, name), args.threads)
         print(f'{name}: {m}', flush=True)
         return name, m
@@ -524,9 +491,9 @@ def main(argv=None):
     if args.diagnose:
         print()
         for name, *_ in runs:
-            if name.startswith('det-vit'):
-                report = stride4_report(
-                    osp.join(work, name, 'config.py'),
+            if name.startswith('det-'):
+                report = detection_report(
+                    osp.join(work, 'configs', name + '.py'),
                     results[name]['checkpoint'])
                 print(name,
                       ', '.join(f'{k} {v:.3f}' for k, v in report.items()))

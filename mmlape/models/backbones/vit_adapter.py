@@ -6,17 +6,12 @@ References:
     scale, the pyramid fusion; the detection code feeds the pyramid from the
     last ViT stage, the segmentation code from each interaction).
 
-The stride-4 level: the official code builds it as ``up(c2) + c1``, a 2x2
-transposed convolution of the stride-8 interaction output plus the spatial
-prior module's own stride-4 feature; that is the default
-(``level1_source='spm+up'``), so official checkpoints load as they are.
-Trained from scratch on small data, the transposed-convolution term comes
-to dominate that level's variance and Mask R-CNN learns to detect more
-slowly; ``level1_source='spm'`` builds the level from the spatial prior
-module's feature alone (docs/recipes.md has the measurements).
-The pyramid maps are made contiguous before their batch norms: on CPU,
-torch's batch-norm backward mis-strides the input gradient of a strided
-one-image map, which stopped the detector learning at all.
+The pyramid hands mmdet and mmseg contiguous NCHW maps. Reshaped from the
+token sequence, a map is a channels-last view; batch norm and the FPN's
+convolutions keep that layout, and on CPU mmcv's ``RoIAlign`` reads its
+input as contiguous NCHW memory, so every RoI feature of Mask R-CNN came out
+scrambled and the detector never learnt to detect (issue 16; README, "Do
+the dense models learn?"). The official code makes its maps contiguous too.
 
 The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
 interaction, with the PE plan of the backbone's join: LaPE/PVG reach the
@@ -91,12 +86,6 @@ class LaPEViTAdapter(LaPEViT):
             ``x_L``; the extractors always read the raw tokens. The
             official ViT-Adapter has no final norm. Needs
             ``add_vit_feature=True``. Defaults to False.
-        level1_source (str): How the stride-4 level is built: ``'spm'``,
-            the spatial prior module's stride-4 feature (plus the ViT
-            feature when ``add_vit_feature``); or ``'spm+up'``, plus a 2x2
-            transposed convolution (``up``) of the stride-8 interaction
-            output, as in the official code. Defaults to ``'spm+up'`` (the
-            official architecture; see the note at the top of this module).
         adapter_norm_cfg (dict): Norm of the spatial prior module and of the
             four output norms. Defaults to ``dict(type='BN')``; the GPU
             configs use SyncBN.
@@ -141,7 +130,6 @@ class LaPEViTAdapter(LaPEViT):
                  vit_feature_source: Literal['last',
                                              'per_interaction'] = 'last',
                  final_norm: bool = False,
-                 level1_source: Literal['spm', 'spm+up'] = 'spm+up',
                  adapter_norm_cfg: Dict = dict(type='BN'),
                  layer_scale: bool = True,
                  drop_path_rate: float = 0.,
@@ -173,12 +161,6 @@ class LaPEViTAdapter(LaPEViT):
             raise ValueError(
                 f"vit_feature_source={vit_feature_source!r}; choose 'last' "
                 f"(detection) or 'per_interaction' (segmentation)")
-        if level1_source not in ('spm', 'spm+up'):
-            raise ValueError(
-                f"level1_source={level1_source!r}; choose 'spm' (the spatial "
-                f"prior module's stride-4 feature) or 'spm+up' (plus the "
-                f"transposed convolution of the stride-8 output, as the "
-                f"official code)")
         super().__init__(
             arch=vit_arch,
             img_size=img_size,
@@ -220,7 +202,6 @@ class LaPEViTAdapter(LaPEViT):
                 f'blocks 0..{self.num_layers - 1} in consecutive slices')
         self.add_vit_feature = add_vit_feature
         self.vit_feature_source = vit_feature_source
-        self.level1_source = level1_source
         self.level_embed = nn.Parameter(torch.zeros(3, dims))
         self.spm = SpatialPriorModule(conv_inplane, dims, adapter_norm_cfg)
         self.interactions = nn.ModuleList([
@@ -238,16 +219,13 @@ class LaPEViTAdapter(LaPEViT):
                 extra_extractor=i == len(self.interaction_indexes) - 1,
                 with_cp=with_cp) for i in range(len(self.interaction_indexes))
         ])
-        self.up = (
-            nn.ConvTranspose2d(dims, dims, 2, 2)
-            if level1_source == 'spm+up' else None)
+        self.up = nn.ConvTranspose2d(dims, dims, 2, 2)
         for i in range(1, 5):
             self.add_module(f'norm{i}',
                             build_norm_layer(adapter_norm_cfg, dims)[1])
         for module in (self.spm, self.interactions, self.up, self.norm1,
                        self.norm2, self.norm3, self.norm4):
-            if module is not None:
-                init_adapter_weights(module)
+            init_adapter_weights(module)
         nn.init.normal_(self.level_embed)
 
     def init_weights(self) -> None:
@@ -287,9 +265,9 @@ class LaPEViTAdapter(LaPEViT):
         b, _, dims = tokens.shape
 
         def as_map(t, size):
-            # Contiguous, as the official code: on CPU, torch's batch-norm
-            # backward returns wrong input gradients for a batch of one in
-            # the strided (channels-last) layout this view would have.
+            # Contiguous NCHW (see the module note): the plain view is
+            # channels-last, which mmcv's CPU RoIAlign misreads and which
+            # gets wrong batch-norm input gradients for a batch of one.
             return t.transpose(1, 2).reshape(b, dims, *size).contiguous()
 
         outs = []
@@ -306,8 +284,7 @@ class LaPEViTAdapter(LaPEViT):
         c2 = as_map(c[:, :n2], shapes[0])
         c3 = as_map(c[:, n2:n2 + n3], shapes[1])
         c4 = as_map(c[:, n2 + n3:], shapes[2])
-        if self.up is not None:
-            c1 = self.up(c2) + c1
+        c1 = self.up(c2) + c1
         feats = [c1, c2, c3, c4]
         if self.add_vit_feature:
             if self.vit_feature_source == 'last':
@@ -323,4 +300,8 @@ class LaPEViTAdapter(LaPEViT):
                         mode='bilinear',
                         align_corners=False)
                 feats[i] = feats[i] + v
-        return [getattr(self, f'norm{i + 1}')(f) for i, f in enumerate(feats)]
+        # the norms keep their input's layout: hand them NCHW maps
+        return [
+            getattr(self, f'norm{i + 1}')(f.contiguous())
+            for i, f in enumerate(feats)
+        ]
