@@ -148,8 +148,6 @@ def adapter_checks(model):
            ('up', model.up)] + [(f'norm{i}', getattr(model, f'norm{i}'))
                                 for i in range(1, 5)]
     for prefix, module in own:
-        if module is None:  # no `up` with level1_source='spm'
-            continue
         for name, m in module.named_modules(prefix=prefix):
             if isinstance(m, nn.Linear) and id(m) not in deform_linear:
                 assert_std(m.weight, 0.02, name, rel=0.08)
