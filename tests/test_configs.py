@@ -8,8 +8,11 @@ from conftest import ROOT
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-CONFIGS = sorted(
+ALL = sorted(
     glob.glob(osp.join(ROOT, 'configs', '**', '*.py'), recursive=True))
+#: Configs to train and test (the model bases under configs/_base_/ are
+#: parts of them).
+CONFIGS = [p for p in ALL if '_base_' not in p.split(osp.sep)]
 JOINS = {'lape': 'LaPE', 'pvg': 'PVG', 'mpvg': 'MPVG'}
 
 
@@ -124,3 +127,35 @@ def test_deit_recipe(path):
     augments = cfg.model.train_cfg.augments
     assert [a['alpha'] for a in augments] == [0.8, 1.0]
     assert cfg.model.head.loss.label_smooth_val == 0.1
+
+
+@pytest.mark.parametrize('backbone, base, families', [
+    ('LaPEViTAdapter', 'vit-adapter-tiny.py', ('vit_adapter', )),
+    ('LaPEViT', 'segmenter_vit-tiny.py', ('segmenter', )),
+])
+def test_dense_backbones_are_defined_once(backbone, base, families):
+    """The dense configs take their backbone from one file under
+    configs/_base_/models/: no other config states its type, and every
+    task's model base (Mask R-CNN, UperNet, Segmenter) builds that same
+    backbone, to which only the task's own settings are added."""
+    shared = osp.join(ROOT, 'configs', '_base_', 'models', base)
+    stating = []
+    for path in ALL:
+        with open(path, encoding='utf-8') as f:
+            if f"type='{backbone}'" in f.read():
+                stating.append(path)
+    dense = [p for p in stating if p.split(osp.sep)[-2] in families]
+    assert dense == [] and shared in stating, stating
+    defined = dict(
+        Config.fromfile(shared)[base.split('.')[0].replace('-', '_')])
+    defined.pop('_delete_', None)
+    paths = [
+        p for p in CONFIGS
+        if p.split(osp.sep)[-2] in families and join_of(p) == 'Default'
+    ]
+    assert len(paths) == (2 if backbone == 'LaPEViTAdapter' else 1)
+    for path in paths:
+        built = dict(Config.fromfile(path).model.backbone)
+        added = {k for k in built if k not in defined}
+        assert added <= {'window_size', 'vit_feature_source'}, (path, added)
+        assert {k: built[k] for k in defined} == defined, path

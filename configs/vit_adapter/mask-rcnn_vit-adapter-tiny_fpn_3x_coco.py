@@ -3,36 +3,18 @@
 # of the same join (configs/deit/deit-tiny_4xb256_in1k.py). Batch 16
 # (8 GPUs x 2); AdamW lr 1e-4, weight decay 0.05; steps at epochs 27, 33.
 _base_ = [
-    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
+    '../_base_/models/mask-rcnn_vit-adapter-tiny_fpn.py',
     'mmdet::_base_/datasets/coco_instance.py',
     'mmdet::_base_/schedules/schedule_1x.py',
     'mmdet::_base_/default_runtime.py',
 ]
 
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
-
-pretrained = 'pretrained/deit-tiny_in1k.pth'
+# The official detection settings: window attention (14x14) in all blocks
+# but the last of each interaction; the pyramid fed by the last ViT output.
 model = dict(
-    data_preprocessor=dict(pad_size_divisor=32),
     backbone=dict(
-        _delete_=True,
-        type='LaPEViTAdapter',
-        arch='tiny',
-        img_size=224,
-        pe_join=dict(type='Default'),
-        drop_path_rate=0.1,
-        conv_inplane=64,
-        n_points=4,
-        deform_num_heads=6,
-        cffn_ratio=0.25,
-        deform_ratio=1.0,
-        interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
         window_size=[14, 14, 0, 14, 14, 0, 14, 14, 0, 14, 14, 0],
-        vit_feature_source='last',
-        adapter_norm_cfg=dict(type='SyncBN', requires_grad=True),
-        init_cfg=dict(
-            type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
-    neck=dict(in_channels=[192, 192, 192, 192], out_channels=256, num_outs=5))
+        vit_feature_source='last'))
 
 scales = [(480, 1333), (512, 1333), (544, 1333), (576, 1333), (608, 1333),
           (640, 1333), (672, 1333), (704, 1333), (736, 1333), (768, 1333),

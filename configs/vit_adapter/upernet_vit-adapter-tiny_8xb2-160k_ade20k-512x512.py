@@ -3,38 +3,17 @@
 # layer-wise lr decay 0.95, poly schedule; initialised from mmlape's ImageNet
 # DeiT-Ti of the same join (configs/deit/deit-tiny_4xb256_in1k.py).
 _base_ = [
-    'mmseg::_base_/models/upernet_r50.py',
+    '../_base_/models/upernet_vit-adapter-tiny.py',
     'mmseg::_base_/datasets/ade20k.py',
     'mmseg::_base_/default_runtime.py',
     'mmseg::_base_/schedules/schedule_160k.py',
 ]
 
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
-
 crop_size = (512, 512)
-pretrained = 'pretrained/deit-tiny_in1k.pth'
+# The official segmentation setting: the pyramid fed by each interaction.
 model = dict(
     data_preprocessor=dict(size=crop_size),
-    pretrained=None,
-    backbone=dict(
-        _delete_=True,
-        type='LaPEViTAdapter',
-        arch='tiny',
-        img_size=224,
-        pe_join=dict(type='Default'),
-        drop_path_rate=0.1,
-        conv_inplane=64,
-        n_points=4,
-        deform_num_heads=6,
-        cffn_ratio=0.25,
-        deform_ratio=1.0,
-        interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
-        vit_feature_source='per_interaction',
-        adapter_norm_cfg=dict(type='SyncBN', requires_grad=True),
-        init_cfg=dict(
-            type='Pretrained', checkpoint=pretrained, prefix='backbone.')),
-    decode_head=dict(num_classes=150, in_channels=[192, 192, 192, 192]),
-    auxiliary_head=dict(num_classes=150, in_channels=192),
+    backbone=dict(vit_feature_source='per_interaction'),
     test_cfg=dict(mode='slide', crop_size=crop_size, stride=(341, 341)))
 
 test_pipeline = [

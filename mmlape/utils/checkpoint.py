@@ -54,7 +54,8 @@ __all__ = [
     'detect_vit_family_format', 'convert_vit_family',
     'convert_vit_family_checkpoint', 'SWIN_FORMATS', 'detect_swin_format',
     'convert_official_swin', 'convert_mmpretrain_swin',
-    'convert_swin_backbone', 'convert_swin_checkpoint'
+    'convert_swin_backbone', 'convert_swin_checkpoint', 'SwinSpec',
+    'fit_swin_state_dict', 'check_swin_join_compatible', 'load_swin_checkpoint'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -686,9 +687,19 @@ def load_backbone_checkpoint(module: torch.nn.Module,
         f'"{checkpoint}" is a {conv.layout.describe()}', logger='current')
     for note in conv.notes:
         print_log(note, logger='current')
+    _load_and_report(module, conv.state_dict, checkpoint, new_key_pattern)
+
+
+def _load_and_report(module: torch.nn.Module,
+                     state_dict: Dict[str, Tensor],
+                     checkpoint: str,
+                     new_key_pattern: Optional[str] = None) -> None:
+    """Load a converted backbone state dict (not strictly) and log what was
+    missing, unexpected or new; a shape that does not fit is a ValueError
+    naming the file."""
+    from mmengine.logging import print_log
     try:
-        missing, unexpected = module.load_state_dict(
-            conv.state_dict, strict=False)
+        missing, unexpected = module.load_state_dict(state_dict, strict=False)
     except (RuntimeError, ValueError) as err:
         raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
                          f'{type(module).__name__}: {err}') from None
@@ -713,7 +724,7 @@ def load_backbone_checkpoint(module: torch.nn.Module,
             logger='current',
             level=30)
     print_log(
-        f'Loaded {len(conv.state_dict) - len(unexpected)} tensors from '
+        f'Loaded {len(state_dict) - len(unexpected)} tensors from '
         f'"{checkpoint}"',
         logger='current')
 
@@ -1132,3 +1143,125 @@ def convert_swin_checkpoint(
             if not k.startswith(BACKBONE_PREFIX):
                 out[k] = v
     return dict(state_dict=out, meta=dict(converted_from=fmt))
+
+
+# ----------------------------------------------------------------------
+# fitting a Swin checkpoint to one LaPESwin
+@dataclass(frozen=True)
+class SwinSpec:
+    """What one :class:`~mmlape.models.backbones.LaPESwin` expects of a
+    checkpoint.
+
+    Attributes:
+        pos_embed_shape (tuple[int, int, int], optional): ``(1, N, C)`` of
+            the absolute PE; None without one (the official Swin-T).
+        grid_size (tuple[int, int]): The PE's patch grid.
+        window_size (int): Window side; the relative-bias tables have
+            ``(2 * window_size - 1) ** 2`` rows.
+        interpolate_mode (str): How the PE is resized to another grid.
+        join (str): The PE join's name, for messages.
+        pe_norm_blocks (tuple[str]): Blocks (``layers.{s}.blocks.{j}``)
+            that own a PE norm.
+    """
+    pos_embed_shape: Optional[Tuple[int, int, int]]
+    grid_size: Tuple[int, int]
+    window_size: int
+    interpolate_mode: str = 'bicubic'
+    join: str = 'Default'
+    pe_norm_blocks: Tuple[str, ...] = ()
+
+
+def fit_swin_state_dict(state_dict: Dict[str, Tensor], prefix: str,
+                        spec: SwinSpec) -> List[str]:
+    """Fit the Swin keys under ``prefix`` of a state dict, in place.
+
+    A Swin's ``load_state_dict`` pre-hook calls this, so every route
+    (``init_cfg``, ``load_from``, a test checkpoint) is fitted: the absolute
+    PE (no extra rows) is resized to this grid; another width, a PE that is
+    not a square grid, or relative-bias tables of another window size are
+    refused.
+
+    Returns:
+        list[str]: Notes on what changed (empty when nothing did).
+
+    Raises:
+        ValueError: Names the key and both shapes.
+    """
+    from mmlape.models.layers.pos_embed import resize_pos_embed
+    notes: List[str] = []
+    key = prefix + 'pos_embed'
+    dst = spec.pos_embed_shape
+    if key in state_dict and dst is not None:
+        src = state_dict[key]
+        if src.dim() != 3 or src.shape[2] != dst[2]:
+            raise ValueError(f'Checkpoint does not fit: {key} has shape '
+                             f'{tuple(src.shape)}, this model {tuple(dst)}')
+        n = src.shape[1]
+        if n != dst[1]:
+            side = math.isqrt(n)
+            if side * side != n:
+                raise ValueError(
+                    f'Checkpoint does not fit: {key} has {n} rows, not a '
+                    f'square grid; cannot resize it to {spec.grid_size}')
+            state_dict[key] = resize_pos_embed(
+                src, (side, side),
+                spec.grid_size,
+                mode=spec.interpolate_mode,
+                num_extra_tokens=0)
+            notes.append(f'Resize {key} from a {side}x{side} to a '
+                         f'{spec.grid_size[0]}x{spec.grid_size[1]} grid')
+    rows = (2 * spec.window_size - 1)**2
+    for k, v in state_dict.items():
+        if (k.startswith(prefix) and k.endswith('relative_position_bias_table')
+                and v.shape[0] != rows):
+            raise ValueError(
+                f'Checkpoint does not fit: {k} has {v.shape[0]} rows, a '
+                f'window of {math.isqrt(v.shape[0]) // 2 + 1}; this model has '
+                f'window_size={spec.window_size} ({rows} rows)')
+    return notes
+
+
+def check_swin_join_compatible(state_dict: Mapping, spec: SwinSpec) -> None:
+    """Refuse a Swin backbone state dict whose PE norms sit in other blocks
+    than the model's (a checkpoint of another join).
+
+    Raises:
+        ValueError: Names both sides' counts.
+    """
+    found = sorted(
+        {k.rsplit('.pe_norm.', 1)[0]
+         for k in state_dict if '.pe_norm.' in k})
+    if found != sorted(spec.pe_norm_blocks):
+        raise ValueError(
+            f'Checkpoint does not fit the join: it has PE norms in '
+            f'{len(found)} blocks but this model (pe_join.type='
+            f'{spec.join!r}) has them in {len(spec.pe_norm_blocks)}. '
+            f'Initialise from a checkpoint trained with the same join.')
+
+
+def load_swin_checkpoint(module: torch.nn.Module, checkpoint: str,
+                         prefix: Optional[str], spec: SwinSpec) -> None:
+    """Read, convert, check and load a Swin checkpoint of any known layout.
+
+    The file is read with mmengine's loader (made safe by mmlape);
+    ``prefix`` (e.g. ``'backbone.'``) selects the backbone part; official
+    and mmpretrain layouts are converted (:func:`convert_swin_backbone`);
+    the PE norms must match the join; the backbone's pre-hook fits the PE.
+    Missing and unexpected keys are logged (an official Swin-T has no
+    absolute PE: it stays as initialised).
+
+    Raises:
+        ValueError: No keys under ``prefix``, another join, another width
+            or window size.
+    """
+    from mmengine.runner.checkpoint import CheckpointLoader
+    ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+    sd = unwrap_state_dict(ckpt)
+    if prefix:
+        sd = strip_prefix(sd, prefix)
+        if not sd:
+            raise ValueError(f'Checkpoint "{checkpoint}" has no keys under '
+                             f'prefix "{prefix}"')
+    sd = convert_swin_backbone(sd)
+    check_swin_join_compatible(sd, spec)
+    _load_and_report(module, sd, checkpoint)

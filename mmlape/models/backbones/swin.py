@@ -33,7 +33,8 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmlape.registry import register_model
-from mmlape.utils.convert import convert_swin_backbone, unwrap_state_dict
+from mmlape.utils.checkpoint import (SwinSpec, check_swin_join_compatible,
+                                     fit_swin_state_dict, load_swin_checkpoint)
 from ..layers.block import Mlp, relative_position_index
 from ..layers.pe_join import PEPlan, PEPlanCache, build_pe_join
 from ..layers.pos_embed import resize_pos_embed
@@ -650,44 +651,30 @@ class LaPESwin(BaseModule):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints
+    # checkpoints: the model only describes itself; mmlape.utils.checkpoint
+    # converts, checks and fits
+    def checkpoint_spec(self) -> SwinSpec:
+        """What this backbone expects of a checkpoint, for
+        :mod:`mmlape.utils.checkpoint`."""
+        return SwinSpec(
+            pos_embed_shape=None
+            if self.pos_embed is None else tuple(self.pos_embed.shape),
+            grid_size=tuple(self.grid_size),
+            window_size=self.window_size,
+            interpolate_mode=self.interpolate_mode,
+            join=self.pe_join.name,
+            pe_norm_blocks=tuple(f'layers.{s}.blocks.{j}'
+                                 for s, stage in enumerate(self.layers)
+                                 for j, blk in enumerate(stage.blocks)
+                                 if hasattr(blk, 'pe_norm')))
+
     def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
                         **kwargs) -> None:
-        """Resize a checkpoint's PE to this model's grid (bicubic, the raw
-        PE) before it is loaded; refuse another width or window size."""
-        key = prefix + 'pos_embed'
-        if key in state_dict and self.pos_embed is not None:
-            src = state_dict[key]
-            n = src.shape[1] if src.dim() == 3 else -1
-            side = math.isqrt(max(n, 0))
-            if src.dim() != 3 or src.shape[2] != self.embed_dims:
-                raise ValueError(f'Checkpoint does not fit: {key} has shape '
-                                 f'{tuple(src.shape)}, this model '
-                                 f'{tuple(self.pos_embed.shape)}')
-            if n != self.pos_embed.shape[1]:
-                if side * side != n:
-                    raise ValueError(
-                        f'Checkpoint does not fit: {key} has {n} rows, not '
-                        f'a square grid; cannot resize it to '
-                        f'{self.grid_size}')
-                print_log(
-                    f'Resize {key} from a {side}x{side} to a '
-                    f'{self.grid_size[0]}x{self.grid_size[1]} grid',
-                    logger='current')
-                state_dict[key] = resize_pos_embed(
-                    src, (side, side),
-                    self.grid_size,
-                    mode=self.interpolate_mode,
-                    num_extra_tokens=0)
-        rows = (2 * self.window_size - 1)**2
-        for k, v in state_dict.items():
-            if (k.startswith(prefix)
-                    and k.endswith('relative_position_bias_table')
-                    and v.shape[0] != rows):
-                raise ValueError(
-                    f'Checkpoint does not fit: {k} has {v.shape[0]} rows, '
-                    f'a window of {math.isqrt(v.shape[0]) // 2 + 1}; this '
-                    f'model has window_size={self.window_size} ({rows} rows)')
+        """``load_state_dict`` pre-hook: fit the checkpoint to this model
+        (see :func:`~mmlape.utils.checkpoint.fit_swin_state_dict`)."""
+        for note in fit_swin_state_dict(state_dict, prefix,
+                                        self.checkpoint_spec()):
+            print_log(note, logger='current')
 
     def init_weights(self) -> None:
         """Load ``init_cfg=dict(type='Pretrained', ...)`` through
@@ -700,74 +687,20 @@ class LaPESwin(BaseModule):
         super().init_weights()
 
     def check_join_compatible(self, state_dict: Dict) -> None:
-        """Refuse a state dict whose PE norms sit in other layers than this
-        model's (a checkpoint of another join).
-
-        Raises:
-            ValueError: Names both sides' PE-norm layers.
-        """
-        found = sorted({
-            k.rsplit('.pe_norm.', 1)[0]
-            for k in state_dict if '.pe_norm.' in k
-        })
-        expected = sorted(f'layers.{s}.blocks.{j}'
-                          for s, stage in enumerate(self.layers)
-                          for j, blk in enumerate(stage.blocks)
-                          if hasattr(blk, 'pe_norm'))
-        if found != expected:
-            raise ValueError(
-                f'Checkpoint does not fit the join: it has PE norms in '
-                f'{len(found)} blocks but this model (pe_join.type='
-                f'{self.pe_join.name!r}) has them in {len(expected)}. '
-                f'Initialise from a checkpoint trained with the same join.')
+        """Refuse a state dict of another join (see
+        :func:`~mmlape.utils.checkpoint.check_swin_join_compatible`)."""
+        check_swin_join_compatible(state_dict, self.checkpoint_spec())
 
     def load_pretrained(self,
                         checkpoint: str,
                         prefix: Optional[str] = None) -> None:
-        """Load a Swin checkpoint of any known layout into this backbone.
+        """Load a Swin checkpoint of any known layout (official,
+        mmpretrain, mmlape) into this backbone (see
+        :func:`~mmlape.utils.checkpoint.load_swin_checkpoint`).
 
-        The file is read with mmlape's safe loader; ``prefix`` (e.g.
-        ``'backbone.'``) selects the backbone part; official
-        (microsoft/Swin-Transformer) and mmpretrain layouts are converted
-        (:func:`mmlape.utils.convert.convert_swin_backbone`); the PE-norm
-        layers must match this join; the PE is resized to this grid.
-        Missing and unexpected keys are logged (an official Swin-T has no
-        absolute PE: it stays as initialised).
-
-        Raises:
-            ValueError: No keys under ``prefix``, another join, another
-                width or window size.
+        Args:
+            checkpoint (str): Path of the checkpoint.
+            prefix (str, optional): Prefix of the backbone's keys, e.g.
+                ``'backbone.'``. Defaults to None.
         """
-        from mmengine.runner.checkpoint import CheckpointLoader
-        ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
-        sd = unwrap_state_dict(ckpt)
-        if prefix:
-            sd = {
-                k[len(prefix):]: v
-                for k, v in sd.items() if k.startswith(prefix)
-            }
-            if not sd:
-                raise ValueError(f'Checkpoint "{checkpoint}" has no keys '
-                                 f'under prefix "{prefix}"')
-        sd = convert_swin_backbone(sd)
-        self.check_join_compatible(sd)
-        try:
-            missing, unexpected = self.load_state_dict(sd, strict=False)
-        except RuntimeError as err:
-            raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
-                             f'{type(self).__name__}: {err}') from None
-        if missing:
-            print_log(
-                f'Keys missing from "{checkpoint}" (left as initialised): '
-                f'{missing}',
-                logger='current',
-                level=30)
-        if unexpected:
-            print_log(
-                f'Unexpected keys in "{checkpoint}" (ignored): {unexpected}',
-                logger='current',
-                level=30)
-        print_log(
-            f'Loaded {len(sd) - len(unexpected)} tensors from '
-            f'"{checkpoint}"',
-            logger='current')
+        load_swin_checkpoint(self, checkpoint, prefix, self.checkpoint_spec())
