@@ -92,18 +92,27 @@ def tiny_vit(pe_join='Default',
         **kwargs)
 
 
-def demo_options(data: str, iters: int, interval: int) -> List[str]:
+def demo_options(data: str,
+                 iters: int,
+                 interval: Optional[int] = None,
+                 batch_size: int = 8,
+                 warmup: int = 2) -> List[str]:
     """``--cfg-options`` that point the demo config at ``data`` and shrink
-    it to ``iters`` iterations (checkpoints every ``interval``)."""
+    it to ``iters`` iterations of ``batch_size`` images, ``warmup`` of them
+    linear warm-up (checkpoints every ``interval``, when given)."""
+    ckpt = [
+        f'default_hooks.checkpoint.interval={interval}',
+        'default_hooks.checkpoint.max_keep_ckpts=5'
+    ] if interval else []
     return ['--cfg-options'] + [
         f'{s}_dataloader.dataset.data_root={data}'
         for s in ('train', 'val', 'test')
     ] + [
-        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-        f'default_hooks.checkpoint.interval={interval}',
-        'default_hooks.checkpoint.max_keep_ckpts=5',
-        'train_dataloader.batch_size=8', 'param_scheduler.0.end=2',
-        'param_scheduler.1.begin=2', f'param_scheduler.1.end={iters}',
+        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}'
+    ] + ckpt + [
+        f'train_dataloader.batch_size={batch_size}',
+        f'param_scheduler.0.end={warmup}', f'param_scheduler.1.begin={warmup}',
+        f'param_scheduler.1.end={max(iters, warmup + 1)}',
         'default_hooks.logger.interval=1'
     ]
 

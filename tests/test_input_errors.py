@@ -5,21 +5,19 @@ import os
 import os.path as osp
 import pickle
 import random
-import subprocess
 import sys
 import time
 
 import pytest
 import torch
+from conftest import ROOT, demo_options, run
 
 import mmlape  # noqa: F401
 from mmlape.analysis import build_from_config
-from mmlape.datasets import generate_pos_shapes
 from mmlape.utils.errors import (CheckpointError, CheckpointNotFoundError,
                                  DataError)
 from mmlape.utils.safe_load import UnsafeCheckpointError, safe_torch_load
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from tools import common, test, train  # noqa: E402
 from tools.analysis import pe_similarity  # noqa: E402
@@ -36,16 +34,13 @@ class Payload:
         return (os.system, ('echo this must never run', ))
 
 
-def options(data, iters=1, *extra):
-    return ['--cfg-options'] + [
-        f'{s}_dataloader.dataset.data_root={data}'
-        for s in ('train', 'val', 'test')
-    ] + [
-        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-        'train_dataloader.batch_size=4', 'param_scheduler.0.end=1',
-        'param_scheduler.1.begin=1', f'param_scheduler.1.end={iters + 1}',
-        f'experiment_name=t{time.monotonic_ns()}'
-    ] + list(extra)
+def options(data, *extra):
+    """The demo config on ``data``, one iteration of 4 images; a fresh
+    experiment name, since in-process runs must not share mmengine's
+    named instances."""
+    return demo_options(
+        data, 1, batch_size=4,
+        warmup=1) + [f'experiment_name=t{time.monotonic_ns()}', *extra]
 
 
 def one_line_error(main, argv, capsys):
@@ -58,13 +53,6 @@ def one_line_error(main, argv, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith('error: '), err
     return lines[0]
-
-
-@pytest.fixture(scope='module')
-def data(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp('pos_shapes'))
-    generate_pos_shapes(root, num_train=8, num_val=4, seed=2)
-    return root
 
 
 @pytest.fixture(scope='module')
@@ -120,38 +108,39 @@ def test_bad_checkpoint_is_refused_naming_file_and_reason(
     assert safe_torch_load(bad_files['good'])['meta'] == {}
 
 
-def test_bad_checkpoint_given_to_the_tools(bad_files, data, tmp_path, capsys):
+def test_bad_checkpoint_given_to_the_tools(bad_files, pos_shapes_data,
+                                           tmp_path, capsys):
     # --resume PATH, checked before the runner starts
     line = one_line_error(train.main, [
         DEMO, '--work-dir',
         str(tmp_path / 'a'), '--resume', bad_files['truncated']
-    ] + options(data), capsys)
+    ] + options(pos_shapes_data), capsys)
     assert f'--resume: checkpoint "{bad_files["truncated"]}"' in line
     assert 'truncated or damaged' in line
     # load_from (fine-tuning)
     line = one_line_error(
         train.main,
         [DEMO, '--work-dir', str(tmp_path / 'b')] +
-        options(data, 1, f'load_from={bad_files["random"]}'), capsys)
+        options(pos_shapes_data, f'load_from={bad_files["random"]}'), capsys)
     assert 'load_from: checkpoint' in line and 'not a PyTorch' in line
     # tools/test.py
     line = one_line_error(
         test.main,
         [DEMO, bad_files['unsafe'], '--work-dir',
-         str(tmp_path / 'c')] + options(data), capsys)
+         str(tmp_path / 'c')] + options(pos_shapes_data), capsys)
     assert 'Refusing to load checkpoint' in line and 'posix.system' in line
     for path in bad_files.values():
         assert osp.exists(path)  # nothing saved is lost
 
 
-def test_checkpoint_error_inside_runner_train(bad_files, data, tmp_path,
-                                              capsys):
+def test_checkpoint_error_inside_runner_train(bad_files, pos_shapes_data,
+                                              tmp_path, capsys):
     # An init_cfg that mmlape does not look at before the run: the error
     # surfaces inside runner.train(), while the backbone initialises.
     line = one_line_error(
         train.main,
         [DEMO, '--work-dir', str(tmp_path / 'a')] +
-        options(data, 1, 'model.backbone.init_cfg.type=Pretrained',
+        options(pos_shapes_data, 'model.backbone.init_cfg.type=Pretrained',
                 f'model.backbone.init_cfg.checkpoint={bad_files["empty"]}',
                 'model.backbone.init_cfg.prefix=model.'), capsys)
     assert f'checkpoint "{bad_files["empty"]}" cannot be read' in line
@@ -177,33 +166,34 @@ def test_fail_while_running_keeps_a_bug_traceback(capsys):
 
 
 @pytest.fixture
-def broken_data(data, tmp_path):
+def broken_data(pos_shapes_data, tmp_path):
     """Copies of the data: an empty annotation file, a corrupt image."""
     import shutil
     empty, corrupt = tmp_path / 'empty', tmp_path / 'corrupt'
-    shutil.copytree(data, empty)
-    shutil.copytree(data, corrupt)
+    shutil.copytree(pos_shapes_data, empty)
+    shutil.copytree(pos_shapes_data, corrupt)
     (empty / 'meta' / 'train.txt').write_text('\n')
     first = (corrupt / 'meta' / 'train.txt').read_text().split()[0]
     (corrupt / 'train' / first).write_bytes(b'\x89PNG not really')
     return str(empty), str(corrupt), str(corrupt / 'train' / first)
 
 
-def test_unreadable_data_names_the_file(broken_data, data, tmp_path, capsys):
+def test_unreadable_data_names_the_file(broken_data, pos_shapes_data, tmp_path,
+                                        capsys):
     empty, corrupt, image = broken_data
     line = one_line_error(
         train.main,
-        [DEMO, '--work-dir', str(tmp_path / 'a')] +
-        options(data, 1, f'train_dataloader.dataset.data_root={empty}'),
+        [DEMO, '--work-dir', str(tmp_path / 'a')] + options(
+            pos_shapes_data, f'train_dataloader.dataset.data_root={empty}'),
         capsys)
     assert line == (f'error: annotation file "{empty}/meta/train.txt" is '
                     f'empty (train_dataloader.dataset.ann_file)')
     # Inside runner.train(): the corrupt image is read by the data loader.
     line = one_line_error(
         train.main,
-        [DEMO, '--work-dir', str(tmp_path / 'b')] +
-        options(data, 1, f'train_dataloader.dataset.data_root={corrupt}',
-                'train_dataloader.sampler.shuffle=False'), capsys)
+        [DEMO, '--work-dir', str(tmp_path / 'b')] + options(
+            pos_shapes_data, f'train_dataloader.dataset.data_root={corrupt}',
+            'train_dataloader.sampler.shuffle=False'), capsys)
     assert line == (f'error: image "{image}" cannot be decoded (a corrupt '
                     f'file, or not an image)')
 
@@ -216,15 +206,15 @@ def test_unreadable_data_names_the_file(broken_data, data, tmp_path, capsys):
         ('/sys/fs/mmlape-work', 'cannot be created: '),
         ('/sys/fs', 'cannot be written: '),
     ])
-def test_unwritable_work_dir(work_dir, expect, data, tmp_path, capsys):
+def test_unwritable_work_dir(work_dir, expect, pos_shapes_data, tmp_path,
+                             capsys):
     if not osp.isdir('/sys/fs') and work_dir.startswith('/sys'):
         pytest.skip('needs Linux sysfs (a folder no one can write)')
     file = tmp_path / 'a_file'
     file.write_text('')
     work_dir = work_dir.format(file=file)
-    line = one_line_error(train.main,
-                          [DEMO, '--work-dir', work_dir] + options(data),
-                          capsys)
+    line = one_line_error(train.main, [DEMO, '--work-dir', work_dir] +
+                          options(pos_shapes_data), capsys)
     assert line.startswith(f'error: work dir "{work_dir}" ')
     head, reason = line.split(expect.format(file=file))
     assert head == f'error: work dir "{work_dir}" '
@@ -242,21 +232,22 @@ def test_unwritable_work_dir(work_dir, expect, data, tmp_path, capsys):
     ('param_scheduler.7.end=3', 'param_scheduler.7.end=3: Index 7 exceeds'),
     ('"lr"', 'expects KEY=VALUE, got ""lr""'),
 ])
-def test_wrong_cfg_options(option, expect, data, tmp_path, capsys):
-    args = options(data) + [option]
+def test_wrong_cfg_options(option, expect, pos_shapes_data, tmp_path, capsys):
+    args = options(pos_shapes_data) + [option]
     line = one_line_error(
         train.main, [DEMO, '--work-dir', str(tmp_path)] + args, capsys)
     assert expect in line
 
 
 def test_resume_when_last_checkpoint_names_a_missing_file(
-        data, tmp_path, capsys):
+        pos_shapes_data, tmp_path, capsys):
     work = tmp_path / 'work'
     work.mkdir()
     (work / 'last_checkpoint').write_text(str(work / 'iter_5.pth'))
     line = one_line_error(
         train.main,
-        [DEMO, '--work-dir', str(work), '--resume'] + options(data), capsys)
+        [DEMO, '--work-dir', str(work), '--resume'] + options(pos_shapes_data),
+        capsys)
     assert f'names "{work}/iter_5.pth", which does not exist' in line
 
 
@@ -276,17 +267,19 @@ def test_config_syntax_error_names_the_file(tmp_path, capsys):
 
 
 @pytest.fixture(scope='module')
-def default_ckpt(data, tmp_path_factory):
+def default_ckpt(pos_shapes_data, tmp_path_factory):
     """A checkpoint saved by tools/train.py from the demo config."""
     work = tmp_path_factory.mktemp('default')
-    assert train.main([DEMO, '--work-dir', str(work)] + options(data)) == 0
+    assert train.main([DEMO, '--work-dir', str(work)] +
+                      options(pos_shapes_data)) == 0
     return str(work / 'iter_1.pth')
 
 
 @pytest.mark.parametrize('tool', ['resume', 'test'])
-def test_checkpoint_of_another_join_is_refused(tool, default_ckpt, data,
-                                               tmp_path, capsys):
-    share = options(data, 1, 'model.backbone.pe_join.type=Share')
+def test_checkpoint_of_another_join_is_refused(tool, default_ckpt,
+                                               pos_shapes_data, tmp_path,
+                                               capsys):
+    share = options(pos_shapes_data, 'model.backbone.pe_join.type=Share')
     if tool == 'resume':
         argv = [DEMO, '--work-dir', str(tmp_path), '--resume', default_ckpt]
         main = train.main
@@ -299,11 +292,12 @@ def test_checkpoint_of_another_join_is_refused(tool, default_ckpt, data,
         'config' in line
 
 
-def test_other_fields_are_named_with_both_values(default_ckpt, data, tmp_path,
-                                                 capsys):
-    argv = [DEMO, default_ckpt, '--work-dir',
-            str(tmp_path)] + options(data, 1, 'model.backbone.img_size=64',
-                                     'model.backbone.pe_type=sincos2d')
+def test_other_fields_are_named_with_both_values(default_ckpt, pos_shapes_data,
+                                                 tmp_path, capsys):
+    argv = [DEMO, default_ckpt,
+            '--work-dir', str(tmp_path)] + options(
+                pos_shapes_data, 'model.backbone.img_size=64',
+                'model.backbone.pe_type=sincos2d')
     line = one_line_error(test.main, argv, capsys)
     assert 'model.backbone.img_size is 32 there but 64 in this config' in line
     assert ("model.backbone.pe_type is 'learnable' there but 'sincos2d' in "
@@ -311,7 +305,7 @@ def test_other_fields_are_named_with_both_values(default_ckpt, data, tmp_path,
 
 
 def test_checkpoint_without_recorded_config_is_checked_by_keys(
-        default_ckpt, data, tmp_path, capsys):
+        default_ckpt, pos_shapes_data, tmp_path, capsys):
     state = safe_torch_load(default_ckpt)
     bare = tmp_path / 'bare.pth'
     torch.save({'state_dict': state['state_dict']}, bare)
@@ -319,16 +313,17 @@ def test_checkpoint_without_recorded_config_is_checked_by_keys(
     assert test.main(
         [DEMO, str(bare), '--work-dir',
          str(tmp_path / 'a')] +
-        options(data, 1, 'model.backbone.pe_join.type=Share')) == 0
+        options(pos_shapes_data, 'model.backbone.pe_join.type=Share')) == 0
     line = one_line_error(
         test.main, [DEMO, str(bare), '--work-dir',
                     str(tmp_path / 'b')] +
-        options(data, 1, 'model.backbone.pe_join.type=LaPE'), capsys)
+        options(pos_shapes_data, 'model.backbone.pe_join.type=LaPE'), capsys)
     assert 'is a checkpoint of another model: 8 missing' in line
     assert 'pe_norm' in line
 
 
-def test_finetuning_from_another_join_is_a_logged_note(data, tmp_path, capfd):
+def test_finetuning_from_another_join_is_a_logged_note(pos_shapes_data,
+                                                       tmp_path, capfd):
     model, cfg = build_from_config(DEMO_MPVG)
     ckpt = tmp_path / 'mpvg.pth'
     torch.save(
@@ -338,10 +333,11 @@ def test_finetuning_from_another_join_is_a_logged_note(data, tmp_path, capfd):
                 'cfg': cfg.pretty_text
             }
         }, ckpt)
-    assert train.main([DEMO_MPVG, '--work-dir',
-                       str(tmp_path / 'pvg')] +
-                      options(data, 1, 'model.backbone.pe_join.type=PVG',
-                              f'load_from={ckpt}')) == 0
+    assert train.main(
+        [DEMO_MPVG, '--work-dir',
+         str(tmp_path / 'pvg')] +
+        options(pos_shapes_data, 'model.backbone.pe_join.type=PVG',
+                f'load_from={ckpt}')) == 0
     out = capfd.readouterr()
     log = out.out + out.err
     assert f'load_from: "{ckpt}" was saved from another backbone' in log
@@ -400,20 +396,16 @@ def test_converter_timm_format_does_not_drop_the_classifier(
 # real processes: exit status, DataLoader workers, tools/dist_*.sh
 
 
-def run(args, **env):
-    env = dict(os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS='1', **env)
-    return subprocess.run(
-        args, cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
-
-
 @pytest.mark.slow
-def test_dist_train_ends_with_the_first_ranks_error(data, tmp_path):
+def test_dist_train_ends_with_the_first_ranks_error(pos_shapes_data, tmp_path):
     out = run(
         [
             'bash', 'tools/dist_train.sh', DEMO, '2', '--work-dir',
             str(tmp_path / 'w')
-        ] + options(data, 1, 'train_cfg.max_iters=abc'),
-        PORT='29631')
+        ] + options(pos_shapes_data, 'train_cfg.max_iters=abc'),
+        check=False,
+        timeout=600,
+        env=dict(PORT='29631'))
     assert out.returncode == 2, out.stderr[-3000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last == ("error: --cfg-options train_cfg.max_iters='abc': "
@@ -421,13 +413,13 @@ def test_dist_train_ends_with_the_first_ranks_error(data, tmp_path):
 
 
 @pytest.mark.slow
-def test_dist_test_ends_with_the_failed_ranks_error(default_ckpt, data,
-                                                    tmp_path):
+def test_dist_test_ends_with_the_failed_ranks_error(default_ckpt,
+                                                    pos_shapes_data, tmp_path):
     # One image of rank 0's half of the test set is gone; it is read in a
     # DataLoader worker, and rank 1 then loses its peer.
     import shutil
     copy = tmp_path / 'data'
-    shutil.copytree(data, copy)
+    shutil.copytree(pos_shapes_data, copy)
     first = (copy / 'meta' / 'val.txt').read_text().split()[0]
     os.remove(copy / 'val' / first)
     out = run(
@@ -435,9 +427,12 @@ def test_dist_test_ends_with_the_failed_ranks_error(default_ckpt, data,
             'bash', 'tools/dist_test.sh', DEMO, default_ckpt, '2',
             '--work-dir',
             str(tmp_path / 'w')
-        ] + options(data, 1, f'test_dataloader.dataset.data_root={copy}',
-                    'test_dataloader.num_workers=2'),
-        PORT='29632')
+        ] +
+        options(pos_shapes_data, f'test_dataloader.dataset.data_root={copy}',
+                'test_dataloader.num_workers=2'),
+        check=False,
+        timeout=600,
+        env=dict(PORT='29632'))
     assert out.returncode == 2, out.stderr[-3000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last == f'error: image "{copy}/val/{first}" does not exist'

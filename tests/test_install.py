@@ -41,6 +41,11 @@ USER_CONFIGS = {
     """
     _base_ = 'mmlape::demo/deit-demo-lape_pos-shapes.py'
     """,
+    'my_upernet_model.py':
+    """
+    _base_ = 'mmlape::_base_/models/upernet_vit-adapter-tiny.py'
+    model = dict(backbone=dict(pe_join=dict(type='LaPE')))
+    """,
 }
 
 CHECK = """
@@ -101,6 +106,14 @@ with DefaultScope.overwrite_default_scope('mmpretrain'):
 assert type(model).__module__.startswith('mmpretrain.')
 assert model.backbone.pe_join.name == 'LaPE'
 assert type(metric).__module__.startswith('mmpretrain.')
+
+# The model bases ship too: one backbone definition, in mmseg's UperNet.
+cfg = Config.fromfile('my_upernet_model.py')
+shared = osp.join(mim, 'configs', '_base_', 'models', 'vit-adapter-tiny.py')
+assert shared in cfg.text
+assert cfg.model.backbone.type == 'LaPEViTAdapter'
+assert cfg.model.backbone.pe_join.type == 'LaPE'
+assert cfg.model.decode_head.type == 'UPerHead'
 
 # The tools ship too, and run from the installed package.
 sys.path.insert(0, mim)

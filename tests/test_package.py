@@ -310,3 +310,20 @@ def test_backbones_leave_checkpoints_to_the_checkpoint_module(name):
         # a docstring and a call
         body = inspect.getsource(getattr(cls, method))
         assert len(body.splitlines()) <= 25, (name, method)
+
+
+def test_test_modules_do_not_redefine_the_shared_helpers():
+    """The helpers and fixtures of tests/conftest.py are defined there
+    only: no test module defines a function of the same name."""
+    import ast
+
+    def top_level_functions(path):
+        with open(path, encoding='utf-8') as f:
+            tree = ast.parse(f.read())
+        return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+    shared = top_level_functions(osp.join(ROOT, 'tests', 'conftest.py'))
+    assert {'run', 'run_python', 'demo_options', 'pos_shapes_data'} <= shared
+    for path in sorted(glob.glob(osp.join(ROOT, 'tests', 'test_*.py'))):
+        again = top_level_functions(path) & shared
+        assert not again, (osp.basename(path), again)

@@ -51,7 +51,7 @@ def family_of(path):
 CONFIGS = sorted(
     p for p in glob.glob(
         osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
-    if family_of(p))
+    if family_of(p) and '_base_' not in p.split(osp.sep))
 
 
 @functools.lru_cache(maxsize=None)
