@@ -82,6 +82,8 @@ def test_output_types_and_shapes():
     assert [o.shape for o in outs['raw']] == [(2, 25, 64)] * 2
     assert [o.shape for o in outs['cls_token']] == [(2, 64)] * 2
     assert [o.shape for o in outs['featmap']] == [(2, 64, 6, 4)] * 2
+    # contiguous NCHW: mmcv's CPU RoIAlign misreads a channels-last view
+    assert all(o.is_contiguous() for o in outs['featmap'])
     assert [o.shape for o in outs['avg_featmap']] == [(2, 64)] * 2
 
 

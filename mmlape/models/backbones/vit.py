@@ -697,7 +697,9 @@ class LaPEViT(BaseModule):
             return x
         patches = x[:, self.num_extra_tokens:]
         b, _, c = patches.shape
-        return patches.transpose(1, 2).reshape(b, c, *hw)
+        # Contiguous NCHW, as mmseg's ViT: the plain view is channels-last,
+        # which mmcv's CPU RoIAlign misreads (see vit_adapter.py).
+        return patches.transpose(1, 2).reshape(b, c, *hw).contiguous()
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         x, hw = self.patch_embed(x)
