@@ -386,6 +386,8 @@ def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
     torch.save(ckpt, path)
     dst = str(tmp_path / 'mmlape.pth')
     assert vit_family_to_mmlape.main([path, dst]) == 0
+    # the tool leaves the process's allow-list as it was
+    assert argparse.Namespace in torch.serialization.get_safe_globals()
     state = torch.load(dst, weights_only=True)['state_dict']
     backbone = {
         k[len('backbone.'):]: v
@@ -409,6 +411,39 @@ def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
         sum(b.numel() for n, b in model.named_buffers() if 'running_' in n) +
         classes * c + classes)
     assert ours == official  # same tensors, no more, no less
+
+
+@pytest.mark.parametrize('family,join', [('t2t', 'default'), ('t2t', 'lape'),
+                                         ('ceit', 'default'),
+                                         ('vit_lite', 'default'),
+                                         ('cct', 'lape')])
+def test_official_layouts_load_through_init_cfg(family, join, tmp_path):
+    """An official file given to ``init_cfg`` (``load_pretrained``) is
+    converted as the converter tool converts it: every tensor of the model
+    comes from the file (T2T-ViT: its EMA weights), none is left as
+    initialised."""
+    torch.manual_seed(2)
+    sd = layout(family, join)
+    if family == 't2t':
+        ema = {k: v + 1 if k == 'cls_token' else v for k, v in sd.items()}
+        ckpt = dict(
+            state_dict=sd, state_dict_ema=ema, args=argparse.Namespace(a=1))
+        sd = ema
+    elif family == 'ceit':
+        ckpt = dict(model=sd)
+    else:
+        ckpt = sd
+    path = str(tmp_path / 'official.pth')
+    torch.save(ckpt, path)
+    want = tiny(family, join)
+    want.load_state_dict(convert_vit_family(sd)[0], strict=True)
+    got = tiny(family, join)
+    got.load_pretrained(path, prefix='backbone.')
+    for key, value in want.state_dict().items():
+        torch.testing.assert_close(got.state_dict()[key], value, msg=key)
+    if family == 't2t':
+        torch.testing.assert_close(got.cls_token,
+                                   ckpt['state_dict']['cls_token'] + 1)
 
 
 def test_converter_tool_refuses_unsafe_and_missing_files(tmp_path, capsys):

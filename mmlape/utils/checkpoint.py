@@ -655,7 +655,10 @@ def load_backbone_checkpoint(module: torch.nn.Module,
     """Read, convert, check and load a checkpoint into a backbone.
 
     The file is read through mmengine's loader (mmlape makes it safe), the
-    backbone part is selected (``prefix``, or ``backbone.`` when present),
+    backbone part is selected (``prefix``, or ``backbone.`` when present);
+    an official T2T-ViT / CeiT / ViT-Lite / CCT file is first converted as
+    ``tools/convert/vit_family_to_mmlape.py`` converts it (T2T-ViT's EMA
+    weights; ``prefix`` does not apply to such a file); the result is
     converted (:func:`convert_layout`), checked against the join
     (:func:`check_join_compatible`) and loaded; the backbone's own
     ``load_state_dict`` pre-hook fits the PE. What was dropped, missing or
@@ -678,7 +681,16 @@ def load_backbone_checkpoint(module: torch.nn.Module,
     from mmengine.runner.checkpoint import CheckpointLoader
     ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
     try:
-        sd = select_backbone(unwrap_state_dict(ckpt), prefix)
+        family = detect_vit_family_format(unwrap_state_dict(ckpt))
+        if family:
+            converted = convert_vit_family_checkpoint(ckpt, family, 'none')
+            sd = strip_prefix(converted['state_dict'], BACKBONE_PREFIX)
+            print_log(
+                f'"{checkpoint}" has the official {family} layout: '
+                f'converted to mmlape\'s',
+                logger='current')
+        else:
+            sd = select_backbone(unwrap_state_dict(ckpt), prefix)
         conv = convert_layout(sd)
         check_join_compatible(conv.state_dict, spec)
     except ValueError as err:

@@ -61,8 +61,9 @@ def main(argv=None) -> int:
             file=sys.stderr)
         return 2
     try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            loaded = safe_torch_load(args.src, 'cpu')
+        # mmlape's allow-list already has the argparse.Namespace of timm's
+        # files (a ``safe_globals`` context here would remove it on exit)
+        loaded = safe_torch_load(args.src, 'cpu')
         ckpt = convert_vit_family_checkpoint(
             loaded, fmt=args.format, head=args.head, use_ema=not args.no_ema)
     except (ValueError, OSError, pickle.UnpicklingError) as err:
