@@ -1,4 +1,5 @@
-"""What ``tools/train.py`` and ``tools/test.py`` share.
+"""What ``tools/train.py`` and ``tools/test.py`` share, and what the
+checkpoint converters under ``tools/convert/`` share (:func:`convert_file`).
 
 Wrong input ends a tool with one line on stderr and exit status 2
 (:func:`fail`); under ``tools/dist_train.sh`` each rank also leaves its line
@@ -12,6 +13,7 @@ import os.path as osp
 import sys
 import time
 import warnings
+from typing import Optional
 
 # mmengine imports pkg_resources; its deprecation notice is not for users.
 warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
@@ -23,8 +25,8 @@ from mmlape.utils.launch import UsageError
 
 __all__ = [
     'CfgOptionsAction', 'ConfigError', 'InputError', 'ToolParser',
-    'UsageError', 'fail', 'finish', 'load_config', 'positive_int',
-    'setup_runner'
+    'UsageError', 'convert_file', 'fail', 'finish', 'load_config',
+    'positive_int', 'setup_runner'
 ]
 
 #: Errors that building objects from a config raises for a bad config:
@@ -255,3 +257,48 @@ def parse_common(parser, argv=None):
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
+
+
+def convert_file(src: str, dst: str, force: bool, convert) -> Optional[dict]:
+    """Read the checkpoint ``src`` safely, convert it, write ``dst``
+    atomically (a kill leaves the old ``dst`` or the new one, never part of
+    one): what every converter under ``tools/convert/`` does.
+
+    Args:
+        src (str): The checkpoint to convert.
+        dst (str): Where the converted checkpoint goes; refused when it
+            exists unless ``force``.
+        force (bool): Overwrite an existing ``dst``.
+        convert (callable): The loaded checkpoint to the converted one;
+            raises ``ValueError`` for one it cannot convert.
+
+    Returns:
+        dict: The converted checkpoint, or None after one line on stderr
+        (a missing ``src``, an existing ``dst``, a file that is no safe
+        checkpoint, or what ``convert`` refused).
+    """
+    import io
+    import pickle
+
+    import torch
+
+    from mmlape.engine.hooks import atomic_write
+    from mmlape.utils import safe_torch_load
+    if not osp.isfile(src):
+        print(f'error: checkpoint "{src}" does not exist', file=sys.stderr)
+        return None
+    if osp.exists(dst) and not force:
+        print(
+            f'error: "{dst}" exists; pass --force to overwrite it',
+            file=sys.stderr)
+        return None
+    try:
+        ckpt = convert(safe_torch_load(src, 'cpu'))
+    except (ValueError, OSError, pickle.UnpicklingError) as err:
+        # CheckpointError and UnsafeCheckpointError are ValueErrors
+        print(f'error: {err}', file=sys.stderr)
+        return None
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    atomic_write(dst, buffer.getbuffer())
+    return ckpt

@@ -305,29 +305,37 @@ def detect_layout(state_dict: Mapping, fmt: Optional[str] = None) -> Layout:
 
 # ----------------------------------------------------------------------
 # step 2: mmlape names and PE rows
-def _apply_rules(sd: Mapping, rules: List[Tuple[str, str]],
-                 fmt: str) -> Dict[str, Tensor]:
+def _apply_rules(sd: Mapping,
+                 rules: List[Tuple[str, str]],
+                 source: str,
+                 dropped: tuple = ()) -> Dict[str, Tensor]:
+    """Rename every key by the first of ``rules`` that matches it; keys
+    matching a ``dropped`` pattern (buffers the model rebuilds) are left
+    out, any other key is refused, naming ``source`` (e.g. ``'an mmpretrain
+    ViT'``)."""
     out = OrderedDict()
     for key, value in sd.items():
+        if any(re.search(p, key) for p in dropped):
+            continue
         for pattern, repl in rules:
             if re.match(pattern, key):
                 out[re.sub(pattern, repl, key)] = value
                 break
         else:
-            raise ValueError(f'Cannot convert key "{key}" of a {fmt} ViT '
+            raise ValueError(f'Cannot convert key "{key}" of {source} '
                              f'checkpoint: mmlape has no counterpart')
     return out
 
 
 def convert_mmpretrain_vit(state_dict: Mapping) -> Dict[str, Tensor]:
     """mmpretrain ``VisionTransformer`` backbone keys to mmlape's names."""
-    return _apply_rules(state_dict, _MMPRETRAIN_RULES, 'mmpretrain')
+    return _apply_rules(state_dict, _MMPRETRAIN_RULES, 'an mmpretrain ViT')
 
 
 def convert_mmseg_vit(state_dict: Mapping) -> Dict[str, Tensor]:
     """mmseg ``VisionTransformer`` backbone keys to mmlape's names (the
     fused ``in_proj`` of ``nn.MultiheadAttention`` is mmlape's ``qkv``)."""
-    return _apply_rules(state_dict, _MMSEG_RULES, 'mmseg')
+    return _apply_rules(state_dict, _MMSEG_RULES, 'an mmseg ViT')
 
 
 def _stack_unshared(state_dict: Mapping) -> Dict[str, Tensor]:
@@ -1046,22 +1054,6 @@ def _unfold_to_official(tensor: Tensor) -> Tensor:
     return grouped.transpose(-1, -2).reshape(*lead, four_c)
 
 
-def _swin_rules(sd: Mapping, rules: List[Tuple[str, str]],
-                fmt: str) -> Dict[str, Tensor]:
-    out = OrderedDict()
-    for key, value in sd.items():
-        if any(re.search(p, key) for p in _SWIN_DROPPED):
-            continue  # buffers the model rebuilds
-        for pattern, repl in rules:
-            if re.match(pattern, key):
-                out[re.sub(pattern, repl, key)] = value
-                break
-        else:
-            raise ValueError(f'Cannot convert key "{key}" of an {fmt} Swin '
-                             f'checkpoint: mmlape has no counterpart')
-    return out
-
-
 def convert_official_swin(state_dict: Mapping) -> Dict[str, Tensor]:
     """Official Swin backbone keys to mmlape's.
 
@@ -1077,13 +1069,14 @@ def convert_official_swin(state_dict: Mapping) -> Dict[str, Tensor]:
     ]
     last = max(stages, default=0)
     rules = _SWIN_OFFICIAL_RULES + [(r'^norm\.', f'norm{last}.')]
-    return _swin_rules(sd, rules, 'official')
+    return _apply_rules(sd, rules, 'an official Swin', _SWIN_DROPPED)
 
 
 def convert_mmpretrain_swin(state_dict: Mapping) -> Dict[str, Tensor]:
     """mmpretrain ``SwinTransformer`` backbone keys to mmlape's, with the
     patch-merging norm and reduction permuted to the official order."""
-    out = _swin_rules(state_dict, _SWIN_MMPRETRAIN_RULES, 'mmpretrain')
+    out = _apply_rules(state_dict, _SWIN_MMPRETRAIN_RULES,
+                       'an mmpretrain Swin', _SWIN_DROPPED)
     for key in out:
         if '.downsample.' in key:
             out[key] = _unfold_to_official(out[key])

@@ -13,14 +13,14 @@ Example:
         swin-tiny_in1k.pth
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
-import torch
-
-from mmlape.utils import safe_torch_load
 from mmlape.utils.convert import SWIN_FORMATS, convert_swin_checkpoint
+
+sys.path.insert(0,
+                osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+from tools.common import convert_file  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -45,24 +45,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not osp.isfile(args.src):
-        print(
-            f'error: checkpoint "{args.src}" does not exist', file=sys.stderr)
+    ckpt = convert_file(
+        args.src, args.dst, args.force, lambda src: convert_swin_checkpoint(
+            src, fmt=args.format, head=args.head))
+    if ckpt is None:
         return 2
-    if osp.exists(args.dst) and not args.force:
-        print(
-            f'error: "{args.dst}" exists; pass --force to overwrite it',
-            file=sys.stderr)
-        return 2
-    try:
-        ckpt = convert_swin_checkpoint(
-            safe_torch_load(args.src, 'cpu'), fmt=args.format, head=args.head)
-    except ValueError as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 2
-    tmp = args.dst + '.tmp'
-    torch.save(ckpt, tmp)
-    os.replace(tmp, args.dst)  # never leave a half-written dst
     fmt = ckpt['meta']['converted_from']
     print(f'converted {len(ckpt["state_dict"])} tensors ({fmt} layout) to '
           f'{args.dst}')

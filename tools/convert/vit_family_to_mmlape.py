@@ -14,15 +14,14 @@ Example:
         pretrained/t2t-vit-7_in1k.pth
 """
 import argparse
-import os
 import os.path as osp
-import pickle
 import sys
 
-import torch
-
-from mmlape.utils import safe_torch_load
 from mmlape.utils.convert import FAMILY_FORMATS, convert_vit_family_checkpoint
+
+sys.path.insert(0,
+                osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+from tools.common import convert_file  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -51,28 +50,14 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not osp.isfile(args.src):
-        print(
-            f'error: checkpoint "{args.src}" does not exist', file=sys.stderr)
+    # mmlape's allow-list already has the argparse.Namespace of timm's files
+    # (a ``safe_globals`` context here would remove it on exit)
+    ckpt = convert_file(
+        args.src, args.dst, args.force,
+        lambda src: convert_vit_family_checkpoint(
+            src, fmt=args.format, head=args.head, use_ema=not args.no_ema))
+    if ckpt is None:
         return 2
-    if osp.exists(args.dst) and not args.force:
-        print(
-            f'error: "{args.dst}" exists; pass --force to overwrite it',
-            file=sys.stderr)
-        return 2
-    try:
-        # mmlape's allow-list already has the argparse.Namespace of timm's
-        # files (a ``safe_globals`` context here would remove it on exit)
-        loaded = safe_torch_load(args.src, 'cpu')
-        ckpt = convert_vit_family_checkpoint(
-            loaded, fmt=args.format, head=args.head, use_ema=not args.no_ema)
-    except (ValueError, OSError, pickle.UnpicklingError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 2
-    os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
-    tmp = args.dst + '.tmp'
-    torch.save(ckpt, tmp)
-    os.replace(tmp, args.dst)  # never leave a half-written dst
     fmt = ckpt['meta']['converted_from']
     print(f'converted {len(ckpt["state_dict"])} tensors ({fmt} layout) to '
           f'{args.dst}')

@@ -14,15 +14,15 @@ Example:
     python tools/convert/vit_to_mmlape.py deit_tiny_lape.pth out.pth
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
-import torch
-
-from mmlape.utils import safe_torch_load
 from mmlape.utils.checkpoint import (FORMATS, convert_checkpoint,
                                      unwrap_state_dict)
+
+sys.path.insert(0,
+                osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+from tools.common import convert_file  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -59,36 +59,25 @@ def dropped_classifier(src, converted) -> list:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if not osp.isfile(args.src):
-        print(
-            f'error: checkpoint "{args.src}" does not exist', file=sys.stderr)
-        return 2
-    if osp.exists(args.dst) and not args.force:
-        print(
-            f'error: "{args.dst}" exists; pass --force to overwrite it',
-            file=sys.stderr)
-        return 2
-    try:
-        src = safe_torch_load(args.src, 'cpu')
+
+    def convert(src):
         ckpt = convert_checkpoint(src, fmt=args.format, head=args.head)
-    except ValueError as err:  # CheckpointError is one too
-        print(f'error: {err}', file=sys.stderr)
+        dropped = dropped_classifier(src, ckpt)
+        if dropped and args.head != 'none':
+            raise ValueError(
+                f'the classifier of "{args.src}" ({", ".join(dropped)}) '
+                f'would be dropped: as --format '
+                f'{ckpt["meta"]["converted_from"]} it has no head the '
+                f'converter knows (timm names it "head.weight"). Pass the '
+                f'format it has, or --head none to drop it on purpose')
+        if dropped:
+            print(f'dropped the classifier ({", ".join(dropped)}): '
+                  f'--head none')
+        return ckpt
+
+    ckpt = convert_file(args.src, args.dst, args.force, convert)
+    if ckpt is None:
         return 2
-    dropped = dropped_classifier(src, ckpt)
-    if dropped and args.head != 'none':
-        print(
-            f'error: the classifier of "{args.src}" ({", ".join(dropped)}) '
-            f'would be dropped: as --format {ckpt["meta"]["converted_from"]}'
-            f' it has no head the converter knows (timm names it '
-            f'"head.weight"). Pass the format it has, or --head none to '
-            f'drop it on purpose',
-            file=sys.stderr)
-        return 2
-    if dropped:
-        print(f'dropped the classifier ({", ".join(dropped)}): --head none')
-    tmp = args.dst + '.tmp'
-    torch.save(ckpt, tmp)
-    os.replace(tmp, args.dst)  # never leave a half-written dst
     meta = ckpt['meta']
     for note in meta['notes']:
         print(note)

@@ -29,7 +29,6 @@ import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
-from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmlape.registry import register_model
@@ -38,6 +37,7 @@ from mmlape.utils.checkpoint import (SwinSpec, check_swin_join_compatible,
 from ..layers.block import Mlp, relative_position_index
 from ..layers.pe_join import PEPlan, PEPlanCache, build_pe_join
 from ..layers.pos_embed import resize_pos_embed
+from .pretrained import PretrainedBackbone
 
 __all__ = ['LaPESwin', 'SwinBlock', 'WindowAttention', 'PatchMerging']
 
@@ -308,7 +308,7 @@ class SwinPatchEmbed(nn.Module):
 
 
 @register_model()
-class LaPESwin(BaseModule):
+class LaPESwin(PretrainedBackbone):
     """Swin Transformer whose absolute-PE join comes from config.
 
     The default join is Swin with an absolute PE at stage 1 (mmpretrain's
@@ -675,16 +675,6 @@ class LaPESwin(BaseModule):
         for note in fit_swin_state_dict(state_dict, prefix,
                                         self.checkpoint_spec()):
             print_log(note, logger='current')
-
-    def init_weights(self) -> None:
-        """Load ``init_cfg=dict(type='Pretrained', ...)`` through
-        :meth:`load_pretrained`; any other init_cfg as mmengine does."""
-        cfg = self.init_cfg
-        if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
-            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
-            self._is_init = True
-            return
-        super().init_weights()
 
     def check_join_compatible(self, state_dict: Dict) -> None:
         """Refuse a state dict of another join (see

@@ -25,7 +25,6 @@ import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmengine.logging import print_log
-from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmlape.registry import PE_JOINS, POOLINGS, TOKENIZERS, register_model
@@ -38,6 +37,7 @@ from ..layers.pooling import ClsTokenPool
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed
+from .pretrained import PretrainedBackbone
 
 __all__ = ['LaPEViT', 'PatchEmbed']
 
@@ -80,7 +80,7 @@ def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
 
 
 @register_model()
-class LaPEViT(BaseModule):
+class LaPEViT(PretrainedBackbone):
     """Vision Transformer whose position embedding join comes from config.
 
     Arguments left at None take the arch's value (see ``arch_zoo``), else
@@ -780,16 +780,6 @@ class LaPEViT(BaseModule):
         model (see :func:`~mmlape.utils.checkpoint.fit_state_dict`)."""
         for note in fit_state_dict(state_dict, prefix, self.checkpoint_spec()):
             print_log(note, logger='current')
-
-    def init_weights(self) -> None:
-        """Load ``init_cfg=dict(type='Pretrained', ...)`` through
-        :meth:`load_pretrained`; any other init_cfg as mmengine does."""
-        cfg = self.init_cfg
-        if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
-            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
-            self._is_init = True
-            return
-        super().init_weights()
 
     def load_pretrained(self,
                         checkpoint: str,
