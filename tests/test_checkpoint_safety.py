@@ -89,7 +89,7 @@ class Rising(BaseMetric):
         return dict(acc=float(self.calls))
 
 
-def toy_runner(work_dir, max_iters, **hook):
+def toy_runner(work_dir, max_iters, resume=False, **hook):
     loader = dict(
         dataset=ToyData(),
         sampler=dict(type='DefaultSampler', shuffle=False),
@@ -113,6 +113,7 @@ def toy_runner(work_dir, max_iters, **hook):
                 by_epoch=False,
                 **hook)),
         experiment_name=f'toy{time.monotonic_ns()}',
+        resume=resume,
         default_scope='mmengine')
 
 
@@ -187,6 +188,30 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path /
                                                              'iter_2.pth')
     assert safe_torch_load(str(tmp_path / 'iter_2.pth'))['meta']['iter'] == 2
+
+
+def test_resume_after_a_kill_before_the_removal_removes_it(
+        tmp_path, monkeypatch):
+
+    class Killed(BaseException):
+        pass
+
+    def killed(self, path):
+        raise Killed(path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AtomicCheckpointHook, '_remove', killed)
+        with pytest.raises(Killed, match='iter_1.pth'):
+            toy_runner(tmp_path, 3, max_keep_ckpts=1).train()
+    names = sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth'))
+    assert names == ['iter_1.pth', 'iter_2.pth']
+    assert safe_torch_load(str(tmp_path / 'iter_2.pth'))['message_hub'][
+        'runtime_info']['keep_ckpt_ids'] == [1, 2]
+    toy_runner(tmp_path, 3, resume=True, max_keep_ckpts=1).train()
+    names = sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth'))
+    assert names == ['iter_3.pth']
+    assert safe_torch_load(str(tmp_path / 'iter_3.pth'))['message_hub'][
+        'runtime_info']['keep_ckpt_ids'] == [2, 3]
 
 
 # ----------------------------------------------------------------------

@@ -18,7 +18,8 @@ changes the order and the writes:
    directory, flushed to disk, and renamed to its name;
 2. ``last_checkpoint`` is replaced the same way;
 3. only then are checkpoints beyond ``max_keep_ckpts`` (or the previous best
-   checkpoint) removed.
+   checkpoint) removed. The new checkpoint names the ones it outdates, so a
+   run resumed from it after a kill before those removals makes them.
 
 A file under a checkpoint's name is therefore always complete, and at every
 moment at least the last complete checkpoint exists.
@@ -188,18 +189,24 @@ class AtomicCheckpointHook(CheckpointHook):
     def _save_checkpoint_with_step(self, runner, step: int,
                                    meta: dict) -> None:
         filename = self.filename_tmpl.format(step)
-        outdated: List[str] = []
+        outdated_ids: List[int] = []
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and
                                             self.keep_ckpt_ids[-1] == step):
-            # The ids are updated first: the checkpoint records them.
             while len(self.keep_ckpt_ids) >= self.max_keep_ckpts:
-                old = self.keep_ckpt_ids.popleft()
-                outdated.append(
-                    self.file_backend.join_path(
-                        self.out_dir, self.filename_tmpl.format(old)))
+                outdated_ids.append(self.keep_ckpt_ids.popleft())
             self.keep_ckpt_ids.append(step)
-            runner.message_hub.update_info('keep_ckpt_ids',
-                                           list(self.keep_ckpt_ids))
+            # The checkpoint records the ids before they are trimmed: a run
+            # resumed from it after a kill that came before the removals
+            # makes them (mmengine's before_train trims the recorded ids to
+            # max_keep_ckpts and removes the files it trims).
+            runner.message_hub.update_info(
+                'keep_ckpt_ids', [i for i in outdated_ids if i != step] +
+                list(self.keep_ckpt_ids))
+        outdated = [
+            self.file_backend.join_path(self.out_dir,
+                                        self.filename_tmpl.format(old))
+            for old in outdated_ids
+        ]
         self.last_ckpt = self.file_backend.join_path(self.out_dir, filename)
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
 
@@ -213,6 +220,9 @@ class AtomicCheckpointHook(CheckpointHook):
             by_epoch=self.by_epoch,
             backend_args=self.backend_args,
             **self.args)
+        if outdated_ids:
+            runner.message_hub.update_info('keep_ckpt_ids',
+                                           list(self.keep_ckpt_ids))
         if not is_main_process():
             return
         last = osp.join(runner.work_dir, 'last_checkpoint')
