@@ -190,6 +190,11 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert safe_torch_load(str(tmp_path / 'iter_2.pth'))['meta']['iter'] == 2
 
 
+def _kept_ids(path):
+    info = safe_torch_load(str(path))['message_hub']['runtime_info']
+    return info['keep_ckpt_ids']
+
+
 def test_resume_after_a_kill_before_the_removal_removes_it(
         tmp_path, monkeypatch):
 
@@ -205,13 +210,11 @@ def test_resume_after_a_kill_before_the_removal_removes_it(
             toy_runner(tmp_path, 3, max_keep_ckpts=1).train()
     names = sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth'))
     assert names == ['iter_1.pth', 'iter_2.pth']
-    assert safe_torch_load(str(tmp_path / 'iter_2.pth'))['message_hub'][
-        'runtime_info']['keep_ckpt_ids'] == [1, 2]
+    assert _kept_ids(tmp_path / 'iter_2.pth') == [1, 2]
     toy_runner(tmp_path, 3, resume=True, max_keep_ckpts=1).train()
     names = sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth'))
     assert names == ['iter_3.pth']
-    assert safe_torch_load(str(tmp_path / 'iter_3.pth'))['message_hub'][
-        'runtime_info']['keep_ckpt_ids'] == [2, 3]
+    assert _kept_ids(tmp_path / 'iter_3.pth') == [2, 3]
 
 
 # ----------------------------------------------------------------------
