@@ -89,7 +89,7 @@ class Rising(BaseMetric):
         return dict(acc=float(self.calls))
 
 
-def toy_runner(work_dir, max_iters, resume=False, **hook):
+def toy_runner(work_dir, max_iters, resume=False, load_from=None, **hook):
     loader = dict(
         dataset=ToyData(),
         sampler=dict(type='DefaultSampler', shuffle=False),
@@ -114,6 +114,7 @@ def toy_runner(work_dir, max_iters, resume=False, **hook):
                 **hook)),
         experiment_name=f'toy{time.monotonic_ns()}',
         resume=resume,
+        load_from=load_from,
         default_scope='mmengine')
 
 
@@ -215,6 +216,49 @@ def test_resume_after_a_kill_before_the_removal_removes_it(
     names = sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth'))
     assert names == ['iter_3.pth']
     assert _kept_ids(tmp_path / 'iter_3.pth') == [2, 3]
+
+
+def test_resume_after_a_kill_before_last_checkpoint_keeps_it_valid(
+        tmp_path, monkeypatch):
+    # Killed after iter_2.pth was written, before last_checkpoint named it:
+    # resuming from iter_2 removes iter_1, which last_checkpoint still named.
+    class Killed(BaseException):
+        pass
+
+    write = AtomicCheckpointHook._write_last_checkpoint
+    calls = []
+
+    def write_then_die(self, runner, path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise Killed(path)
+        write(self, runner, path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AtomicCheckpointHook, '_write_last_checkpoint',
+                      write_then_die)
+        with pytest.raises(Killed, match='iter_2.pth'):
+            toy_runner(tmp_path, 3, max_keep_ckpts=1).train()
+    last = tmp_path / 'last_checkpoint'
+    assert last.read_text() == str(tmp_path / 'iter_1.pth')
+    assert _kept_ids(tmp_path / 'iter_2.pth') == [1, 2]
+
+    def save_then_die(self, *args, **kwargs):
+        raise Killed('the first save of the resumed run')
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AtomicCheckpointHook, '_save_checkpoint_with_step',
+                      save_then_die)
+        with pytest.raises(Killed):
+            toy_runner(
+                tmp_path,
+                3,
+                resume=True,
+                load_from=str(tmp_path / 'iter_2.pth'),
+                max_keep_ckpts=1).train()
+    names = sorted(n for n in os.listdir(tmp_path) if n.endswith('.pth'))
+    assert names == ['iter_2.pth']
+    assert last.read_text() == str(tmp_path / 'iter_2.pth')
 
 
 # ----------------------------------------------------------------------

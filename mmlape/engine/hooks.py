@@ -169,7 +169,36 @@ class AtomicCheckpointHook(CheckpointHook):
             self.backend_args = dict(backend=BACKEND_NAME)
 
     def before_train(self, runner) -> None:
+        # A resumed checkpoint may name checkpoints it outdated whose removal
+        # a kill prevented. mmengine would remove them here at once, while
+        # last_checkpoint may still name one of them; point last_checkpoint
+        # at the resumed checkpoint first.
+        hub = runner.message_hub
+        recorded = list(hub.runtime_info.get('keep_ckpt_ids') or [])
+        stale: List[int] = []
+        if 0 < self.max_keep_ckpts < len(recorded):
+            kept = recorded[-self.max_keep_ckpts:]
+            stale = [
+                i for i in recorded[:-self.max_keep_ckpts] if i not in kept
+            ]
+            hub.update_info('keep_ckpt_ids', kept)
         super().before_train(runner)
+        if stale and is_main_process():
+            paths = [
+                self.file_backend.join_path(self.out_dir,
+                                            self.filename_tmpl.format(step))
+                for step in stale
+            ]
+            resumed = self.file_backend.join_path(
+                self.out_dir,
+                self.filename_tmpl.format(self.keep_ckpt_ids[-1]))
+            last = osp.join(runner.work_dir, 'last_checkpoint')
+            if osp.isfile(last) and self.file_backend.exists(resumed):
+                with open(last) as f:
+                    if f.read().strip() in map(str, paths):
+                        self._write_last_checkpoint(runner, resumed)
+            for path in paths:
+                self._remove(path)
         if not self.atomic:
             runner.logger.warning(
                 f'AtomicCheckpointHook: out_dir={self.out_dir!r} is not a '
@@ -197,8 +226,7 @@ class AtomicCheckpointHook(CheckpointHook):
             self.keep_ckpt_ids.append(step)
             # The checkpoint records the ids before they are trimmed: a run
             # resumed from it after a kill that came before the removals
-            # makes them (mmengine's before_train trims the recorded ids to
-            # max_keep_ckpts and removes the files it trims).
+            # makes them (before_train).
             runner.message_hub.update_info(
                 'keep_ckpt_ids', [i for i in outdated_ids if i != step] +
                 list(self.keep_ckpt_ids))
@@ -225,12 +253,7 @@ class AtomicCheckpointHook(CheckpointHook):
                                            list(self.keep_ckpt_ids))
         if not is_main_process():
             return
-        last = osp.join(runner.work_dir, 'last_checkpoint')
-        if self.atomic:
-            atomic_write(last, str(self.last_ckpt).encode())
-        else:
-            with open(last, 'w') as f:
-                f.write(str(self.last_ckpt))
+        self._write_last_checkpoint(runner, self.last_ckpt)
         for path in outdated:
             if path != self.last_ckpt:
                 self._remove(path)
@@ -253,6 +276,14 @@ class AtomicCheckpointHook(CheckpointHook):
         for path in recorder.removed:
             if str(path) not in keep:
                 self._remove(path)
+
+    def _write_last_checkpoint(self, runner, path: str) -> None:
+        last = osp.join(runner.work_dir, 'last_checkpoint')
+        if self.atomic:
+            atomic_write(last, str(path).encode())
+        else:
+            with open(last, 'w') as f:
+                f.write(str(path))
 
     def _remove(self, path: Optional[str]) -> None:
         if not is_main_process() or not path:
