@@ -19,7 +19,8 @@ changes the order and the writes:
 2. ``last_checkpoint`` is replaced the same way;
 3. only then are checkpoints beyond ``max_keep_ckpts`` (or the previous best
    checkpoint) removed. The new checkpoint names the ones it outdates, so a
-   run resumed from it after a kill before those removals makes them.
+   run resumed from it after a kill before those removals makes them, once
+   ``last_checkpoint`` names no file it removes.
 
 A file under a checkpoint's name is therefore always complete, and at every
 moment at least the last complete checkpoint exists.
