@@ -13,6 +13,9 @@ from typing import List, Optional
 
 import pytest
 import torch
+import torch.nn as nn
+from mmengine.model import BaseModel
+from torch.utils.data import Dataset
 
 os.environ.setdefault('OMP_NUM_THREADS', '2')
 torch.set_num_threads(2)
@@ -124,3 +127,35 @@ def pos_shapes_data(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp('pos_shapes'))
     generate_pos_shapes(root, num_train=64, num_val=16, seed=1)
     return root
+
+
+# ----------------------------------------------------------------------
+# a toy model and dataset for mmengine's Runner (checkpoint tests)
+
+
+class ToyModel(BaseModel):
+    """A linear layer on 4 features, 2 classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+    def forward(self, inputs, labels=None, mode='tensor'):
+        inputs = torch.stack(inputs) if isinstance(inputs, list) else inputs
+        out = self.linear(inputs)
+        if mode == 'loss':
+            return dict(loss=nn.functional.cross_entropy(out, labels))
+        return out
+
+
+class ToyData(Dataset):
+    """8 seeded samples for :class:`ToyModel`."""
+
+    metainfo = dict(classes=('a', 'b'))
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return dict(inputs=torch.randn(4, generator=g), labels=i % 2)

@@ -14,12 +14,10 @@ import time
 
 import pytest
 import torch
-import torch.nn as nn
+from conftest import ToyData, ToyModel
 from mmengine.config import Config
 from mmengine.evaluator import BaseMetric
-from mmengine.model import BaseModel
 from mmengine.runner import Runner
-from torch.utils.data import Dataset
 
 import mmlape  # noqa: F401
 from mmlape.datasets import generate_pos_shapes
@@ -47,31 +45,6 @@ def test_every_config_saves_with_the_atomic_hook():
 
 # ----------------------------------------------------------------------
 # the hook, in process, on a toy model
-
-
-class ToyModel(BaseModel):
-
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(4, 2)
-
-    def forward(self, inputs, labels=None, mode='tensor'):
-        inputs = torch.stack(inputs) if isinstance(inputs, list) else inputs
-        out = self.linear(inputs)
-        if mode == 'loss':
-            return dict(loss=nn.functional.cross_entropy(out, labels))
-        return out
-
-
-class ToyData(Dataset):
-    metainfo = dict(classes=('a', 'b'))
-
-    def __len__(self):
-        return 8
-
-    def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        return dict(inputs=torch.randn(4, generator=g), labels=i % 2)
 
 
 class Rising(BaseMetric):

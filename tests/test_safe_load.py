@@ -2,38 +2,11 @@
 allow-listed, anything else is refused."""
 import pytest
 import torch
-import torch.nn as nn
-from mmengine.model import BaseModel
+from conftest import ToyData, ToyModel
 from mmengine.runner import Runner, load_checkpoint
-from torch.utils.data import Dataset
 
 import mmlape  # noqa: F401  (installs safe loading)
 from mmlape.utils import UnsafeCheckpointError, safe_torch_load
-
-
-class ToyModel(BaseModel):
-
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(4, 2)
-
-    def forward(self, inputs, labels=None, mode='tensor'):
-        inputs = torch.stack(inputs) if isinstance(inputs, list) else inputs
-        out = self.linear(inputs)
-        if mode == 'loss':
-            return dict(loss=nn.functional.cross_entropy(out, labels))
-        return out
-
-
-class ToyData(Dataset):
-    metainfo = dict(classes=('a', 'b'))
-
-    def __len__(self):
-        return 8
-
-    def __getitem__(self, i):
-        g = torch.Generator().manual_seed(i)
-        return dict(inputs=torch.randn(4, generator=g), labels=i % 2)
 
 
 def _runner(work_dir, max_iters, resume=False, load_from=None):

@@ -259,6 +259,24 @@ def parse_common(parser, argv=None):
     return args
 
 
+def converter_parser(doc: str, formats, format_help: str, heads,
+                     head_help: str):
+    """The arguments every converter under ``tools/convert/`` takes: ``src``,
+    ``dst``, ``--format``, ``--head`` (its first choice the default) and
+    ``--force``; a converter adds its own before parsing."""
+    import argparse
+    parser = argparse.ArgumentParser(description=doc.split('\n')[0])
+    parser.add_argument('src', help='checkpoint to convert')
+    parser.add_argument('dst', help='where to write the mmlape checkpoint')
+    parser.add_argument(
+        '--format', choices=formats, default=None, help=format_help)
+    parser.add_argument(
+        '--head', choices=heads, default=heads[0], help=head_help)
+    parser.add_argument(
+        '--force', action='store_true', help='overwrite an existing dst')
+    return parser
+
+
 def convert_file(src: str, dst: str, force: bool, convert) -> Optional[dict]:
     """Read the checkpoint ``src`` safely, convert it, write ``dst``
     atomically (a kill leaves the old ``dst`` or the new one, never part of

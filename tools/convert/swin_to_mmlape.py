@@ -12,7 +12,6 @@ Example:
     python tools/convert/swin_to_mmlape.py swin_tiny_patch4_window7_224.pth \
         swin-tiny_in1k.pth
 """
-import argparse
 import os.path as osp
 import sys
 
@@ -20,26 +19,15 @@ from mmlape.utils.convert import SWIN_FORMATS, convert_swin_checkpoint
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from tools.common import convert_file  # noqa: E402
+from tools.common import convert_file, converter_parser  # noqa: E402
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('src', help='checkpoint to convert')
-    parser.add_argument('dst', help='where to write the mmlape checkpoint')
-    parser.add_argument(
-        '--format',
-        choices=SWIN_FORMATS,
-        default=None,
-        help='source layout (detected when omitted)')
-    parser.add_argument(
-        '--head',
-        choices=('linear', 'none'),
-        default='linear',
-        help='where an official classifier goes: LinearClsHead (linear) or '
+    parser = converter_parser(
+        __doc__, SWIN_FORMATS, 'source layout (detected when omitted)',
+        ('linear', 'none'),
+        'where an official classifier goes: LinearClsHead (linear) or '
         'dropped (none)')
-    parser.add_argument(
-        '--force', action='store_true', help='overwrite an existing dst')
     return parser.parse_args(argv)
 
 

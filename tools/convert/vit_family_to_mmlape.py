@@ -13,7 +13,6 @@ Example:
     python tools/convert/vit_family_to_mmlape.py 71.7_T2T_ViT_7.pth.tar \
         pretrained/t2t-vit-7_in1k.pth
 """
-import argparse
 import os.path as osp
 import sys
 
@@ -21,30 +20,19 @@ from mmlape.utils.convert import FAMILY_FORMATS, convert_vit_family_checkpoint
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from tools.common import convert_file  # noqa: E402
+from tools.common import convert_file, converter_parser  # noqa: E402
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('src', help='checkpoint to convert')
-    parser.add_argument('dst', help='where to write the mmlape checkpoint')
-    parser.add_argument(
-        '--format',
-        choices=FAMILY_FORMATS,
-        default=None,
-        help='source layout (detected when omitted)')
-    parser.add_argument(
-        '--head',
-        choices=('vit', 'linear', 'none'),
-        default='vit',
-        help='where the classifier goes: VisionTransformerClsHead (vit, '
+    parser = converter_parser(
+        __doc__, FAMILY_FORMATS, 'source layout (detected when omitted)',
+        ('vit', 'linear', 'none'),
+        'where the classifier goes: VisionTransformerClsHead (vit, '
         "mmlape's configs), LinearClsHead (linear), or dropped (none)")
     parser.add_argument(
         '--no-ema',
         action='store_true',
         help='take state_dict instead of state_dict_ema')
-    parser.add_argument(
-        '--force', action='store_true', help='overwrite an existing dst')
     return parser.parse_args(argv)
 
 

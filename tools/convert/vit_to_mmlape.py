@@ -13,7 +13,6 @@ ViT-Adapter/Segmenter with
 Example:
     python tools/convert/vit_to_mmlape.py deit_tiny_lape.pth out.pth
 """
-import argparse
 import os.path as osp
 import sys
 
@@ -22,27 +21,15 @@ from mmlape.utils.checkpoint import (FORMATS, convert_checkpoint,
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
-from tools.common import convert_file  # noqa: E402
+from tools.common import convert_file, converter_parser  # noqa: E402
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('src', help='checkpoint to convert')
-    parser.add_argument('dst', help='where to write the mmlape checkpoint')
-    parser.add_argument(
-        '--format',
-        choices=FORMATS,
-        default=None,
-        help='source naming (detected when omitted)')
-    parser.add_argument(
-        '--head',
-        choices=('vit', 'linear', 'none'),
-        default='vit',
-        help='where a timm classifier goes: '
-        'VisionTransformerClsHead (vit), LinearClsHead '
-        '(linear), or dropped (none)')
-    parser.add_argument(
-        '--force', action='store_true', help='overwrite an existing dst')
+    parser = converter_parser(
+        __doc__, FORMATS, 'source naming (detected when omitted)',
+        ('vit', 'linear', 'none'),
+        'where a timm classifier goes: VisionTransformerClsHead (vit), '
+        'LinearClsHead (linear), or dropped (none)')
     return parser.parse_args(argv)
 
 

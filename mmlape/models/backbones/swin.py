@@ -37,7 +37,7 @@ from mmlape.utils.checkpoint import (SwinSpec, check_swin_join_compatible,
 from ..layers.block import Mlp, relative_position_index
 from ..layers.pe_join import PEPlan, PEPlanCache, build_pe_join
 from ..layers.pos_embed import resize_pos_embed
-from .pretrained import PretrainedBackbone
+from .pretrained import PretrainedBackbone, parse_out_indices
 
 __all__ = ['LaPESwin', 'SwinBlock', 'WindowAttention', 'PatchMerging']
 
@@ -421,7 +421,8 @@ class LaPESwin(PretrainedBackbone):
         self.with_cp = with_cp
         self.cache_pe_plan = cache_pe_plan
         self._plan_cache = PEPlanCache(self.plan_cache_size)
-        self.out_indices = self._parse_out_indices(out_indices)
+        self.out_indices = parse_out_indices(out_indices, self.num_stages,
+                                             'stages')
 
         join_type = (
             pe_join if isinstance(pe_join, str) else
@@ -497,20 +498,6 @@ class LaPESwin(PretrainedBackbone):
                              f'{sorted(keys)} (depths and num_heads of equal '
                              f'length), got {arch!r}')
         return dict(arch)
-
-    def _parse_out_indices(self, out_indices: Sequence[int]) -> List[int]:
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        if not out_indices:
-            raise ValueError('out_indices must name at least one stage')
-        parsed = []
-        for idx in out_indices:
-            real = idx + self.num_stages if idx < 0 else idx
-            if not 0 <= real < self.num_stages:
-                raise ValueError(f'out_indices contains {idx}, outside '
-                                 f'[-{self.num_stages}, {self.num_stages})')
-            parsed.append(real)
-        return sorted(set(parsed))
 
     def _init_default_weights(self) -> None:
         """Swin's initialisation: truncated normal (std 0.02) for linear

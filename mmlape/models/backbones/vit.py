@@ -37,7 +37,7 @@ from ..layers.pooling import ClsTokenPool
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed
-from .pretrained import PretrainedBackbone
+from .pretrained import PretrainedBackbone, parse_out_indices
 
 __all__ = ['LaPEViT', 'PatchEmbed']
 
@@ -375,7 +375,8 @@ class LaPEViT(PretrainedBackbone):
         if any(windows) and (with_cls_token or pe_type == 'relative'):
             raise ValueError('window attention needs with_cls_token=False '
                              "and an absolute pe_type")
-        self.out_indices = self._parse_out_indices(out_indices)
+        self.out_indices = parse_out_indices(out_indices, self.num_layers,
+                                             'layers')
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         rel_grid = self.grid_size if pe_type == 'relative' else None
         ffn_cfg = pick('ffn', ffn, None)
@@ -511,18 +512,6 @@ class LaPEViT(PretrainedBackbone):
             raise ValueError(f'{name} has {len(value)} entries for '
                              f'{self.num_layers} layers')
         return value
-
-    def _parse_out_indices(self, out_indices) -> List[int]:
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        parsed = []
-        for idx in out_indices:
-            real = idx + self.num_layers if idx < 0 else idx
-            if not 0 <= real < self.num_layers:
-                raise ValueError(f'out_indices contains {idx}, outside '
-                                 f'[-{self.num_layers}, {self.num_layers})')
-            parsed.append(real)
-        return sorted(set(parsed))
 
     def _init_default_weights(self) -> None:
         """Generic first, specialised last: truncated normal (std 0.02) for
