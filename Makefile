@@ -3,8 +3,12 @@
 PYTHON ?= python3
 export PYTHON
 PYTEST_ARGS ?=
+# The second supported torch (requirements/torch-cu12.txt) and the virtual
+# environment `make test-compat` keeps it in, inside the checkout.
+COMPAT_PAIR ?= cu12
+COMPAT_VENV ?= .venv-torch-$(COMPAT_PAIR)
 
-.PHONY: install demo test test-quick doctest lint format
+.PHONY: install demo test test-compat test-quick doctest lint format
 
 install:
 	bash scripts/install.sh
@@ -21,10 +25,21 @@ format:
 	$(PYTHON) -m isort mmlape tools tests configs benchmarks scripts setup.py
 	$(PYTHON) -m yapf --in-place --recursive mmlape tools tests configs benchmarks scripts setup.py
 
-# CI: everything, the docstring examples included.
+# CI: everything, the docstring examples included, then the quick suite on
+# the second supported torch.
 test: install lint
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider
+	$(MAKE) test-compat
+
+# The quick suite on the CUDA 12 torch pair, in its own virtual environment
+# with its own mmcv build (made on the first run, in seconds afterwards).
+test-compat:
+	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
+	TORCH_PAIR=$(COMPAT_PAIR) PYTHON=$(COMPAT_VENV)/bin/python \
+		bash scripts/install.sh
+	$(COMPAT_VENV)/bin/python -m pytest -m "not slow" -p no:cacheprovider \
+		$(PYTEST_ARGS)
 
 # The quick loop while editing (no subprocess or training runs).
 test-quick:

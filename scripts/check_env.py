@@ -1,9 +1,18 @@
 """Check that the environment has everything mmlape needs, quickly.
 
 Exit status 0 when all is in place. ``--part torch`` checks only that torch
-and torchvision import and run together; ``--part mmcv`` that mmcv has its
-compiled ops. ``--pin NAME`` prints NAME's requirement line (``mmcv==X.Y.Z``).
-Used by ``scripts/install.sh`` to skip what is already done.
+and torchvision import and run together (on the GPU too, where the machine
+has one); ``--part gpu`` that torch can use the machine's NVIDIA GPU, if it
+has one (one line naming the driver, torch's CUDA and the fix, otherwise);
+``--part mmcv`` that mmcv has its compiled ops and, on a GPU node, that they
+were compiled with CUDA and that the ops mmlape's models use (deformable
+attention, RoIAlign, NMS) run on the GPU and agree with their CPU/PyTorch
+results. ``--pin NAME`` prints NAME's requirement line (``mmcv==X.Y.Z``);
+``--torch-pair`` the torch pair for this machine (``TORCH_PAIR`` or the
+driver's); ``--mmcv-key`` the key under which a built mmcv wheel is kept (it
+holds torch's version, its CUDA and the arch list, so that a wheel built for
+another torch or without CUDA is never installed). Used by
+``scripts/install.sh`` to skip what is already done.
 
 The versions come from ``requirements/*.txt``, the one place they are
 written (``setup.py`` reads the same files): ``build.txt`` (setuptools),
@@ -11,6 +20,10 @@ written (``setup.py`` reads the same files): ``build.txt`` (setuptools),
 (present in any version).
 """
 import argparse
+import functools
+import importlib.util
+import json
+import os
 import os.path as osp
 import re
 import subprocess
@@ -18,8 +31,21 @@ import sys
 from importlib import metadata
 from typing import Dict, List, Optional, Tuple
 
-REQUIREMENTS = osp.join(
-    osp.dirname(osp.dirname(osp.abspath(__file__))), 'requirements')
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+REQUIREMENTS = osp.join(ROOT, 'requirements')
+
+
+def _load_device_module():
+    """mmlape's GPU checks (``mmlape/utils/device.py``, standard library
+    only), loaded by path: they run before mmlape is installed."""
+    spec = importlib.util.spec_from_file_location(
+        'mmlape_device', osp.join(ROOT, 'mmlape', 'utils', 'device.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+device = _load_device_module()
 _LINE = re.compile(r'^([A-Za-z0-9_.\-]+)\s*(.*)$')
 _CLAUSE = re.compile(r'^(==|!=|>=|<=|>|<)\s*([0-9][0-9A-Za-z.]*)$')
 
@@ -86,12 +112,16 @@ def _version(name: str) -> Optional[str]:
         return None
 
 
-def _run(code):
-    # Run outside the checkout, so that only installed packages count.
-    return subprocess.run([sys.executable, '-c', code],
-                          capture_output=True,
-                          text=True,
-                          cwd='/')
+def _run(args):
+    """Run Python code (a str) or this script with arguments (a list)
+    outside the checkout, so that only installed packages count."""
+    cmd = [sys.executable, '-c', args] if isinstance(args, str) else \
+        [sys.executable, osp.abspath(__file__)] + list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd='/')
+
+
+def _last_line(r) -> str:
+    return (r.stderr.strip().splitlines() or ['?'])[-1]
 
 
 def _check(name: str, clauses: List[Tuple[str, str]]) -> Optional[str]:
@@ -107,13 +137,142 @@ def check_setuptools():
     return _check('setuptools', read_requirements('build.txt')['setuptools'])
 
 
-def check_torch():
-    r = _run('import torch, torchvision\n'
-             'b = torch.tensor([[0., 0., 1., 1.], [0., 0., 1., 1.]])\n'
-             'torchvision.ops.nms(b, torch.tensor([1., .5]), .5)')
+def probe_torch() -> dict:
+    """torch and torchvision run together: NMS on the CPU, and on the GPU
+    when torch can use one. Runs in the environment being checked."""
+    import torch
+    import torchvision
+    boxes = torch.tensor([[0., 0., 1., 1.], [0., 0., 1., 1.]])
+    scores = torch.tensor([1., .5])
+    keep = torchvision.ops.nms(boxes, scores, .5).tolist()
+    if torch.cuda.is_available():
+        keep_gpu = torchvision.ops.nms(boxes.cuda(), scores.cuda(),
+                                       .5).tolist()
+        assert keep_gpu == keep, f'torchvision nms on the GPU: {keep_gpu}'
+    return dict(torch=torch.__version__, cuda=torch.version.cuda,
+                cuda_available=torch.cuda.is_available())
+
+
+@functools.lru_cache()
+def _torch_info() -> Tuple[Optional[str], Optional[dict]]:
+    """(problem, probe_torch's answer) for the installed torch."""
+    r = _run(['--probe', 'torch'])
     if r.returncode:
-        tail = (r.stderr.strip().splitlines() or ['?'])[-1]
-        return f'torch + torchvision do not work together: {tail}'
+        return (f'torch + torchvision do not work together: {_last_line(r)}',
+                None)
+    return None, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def check_torch():
+    return _torch_info()[0]
+
+
+def check_gpu():
+    """One line when an NVIDIA GPU is here and torch cannot use it."""
+    problem, info = _torch_info()
+    if problem:
+        return problem
+    return device.cuda_problem(
+        torch_version=info['torch'],
+        torch_cuda=info['cuda'],
+        cuda_available=info['cuda_available'])
+
+
+def _msda_inputs(generator):
+    import torch
+    shapes = torch.tensor([[8, 8], [4, 4]])
+    starts = torch.tensor([0, 64])
+    value = torch.randn(2, 80, 2, 16, generator=generator)
+    loc = torch.rand(2, 10, 2, 2, 4, 2, generator=generator)
+    weight = torch.rand(2, 10, 2, 2, 4, generator=generator).softmax(-1)
+    return value, shapes, starts, loc, weight
+
+
+def compare_mmcv_ops(device_name: str) -> Dict[str, float]:
+    """Run the mmcv ops mmlape's models use on ``device_name`` and return
+    each one's largest difference from its reference: the PyTorch path for
+    multi-scale deformable attention (forward and the value gradient),
+    mmcv's CPU kernel for RoIAlign (forward and gradient) and NMS (the kept
+    indices: 0 when equal, 1 otherwise)."""
+    import torch
+    from mmcv.ops import RoIAlign, nms
+    from mmcv.ops.multi_scale_deform_attn import (
+        MultiScaleDeformableAttnFunction, multi_scale_deformable_attn_pytorch)
+    g = torch.Generator().manual_seed(0)
+    diffs = {}
+    value, shapes, starts, loc, weight = _msda_inputs(g)
+    ref_value = value.clone().requires_grad_()
+    ref = multi_scale_deformable_attn_pytorch(ref_value, shapes, loc, weight)
+    ref.sum().backward()
+    if device_name != 'cpu':  # mmcv has this kernel on CUDA only
+        dev_value = value.to(device_name).requires_grad_()
+        out = MultiScaleDeformableAttnFunction.apply(
+            dev_value, *(t.to(device_name)
+                         for t in (shapes, starts, loc, weight)), 64)
+        out.sum().backward()
+        diffs['deformable attention'] = max(
+            (out.detach().cpu() - ref.detach()).abs().max().item(),
+            (dev_value.grad.cpu() - ref_value.grad).abs().max().item())
+    feats = torch.randn(2, 4, 16, 16, generator=g)
+    rois = torch.tensor([[0, 1., 1., 9., 12.], [1, 3., 2., 15., 15.],
+                         [0, 0., 0., 16., 16.]])
+    layer = RoIAlign((7, 7), spatial_scale=1.0, sampling_ratio=2)
+    outs = []
+    for dev in ('cpu', device_name):
+        x = feats.to(dev).requires_grad_()
+        y = layer(x, rois.to(dev))
+        (y * torch.arange(y.numel(), device=dev).view_as(y)).sum().backward()
+        outs.append((y.detach().cpu(), x.grad.cpu()))
+    diffs['RoIAlign'] = max((a - b).abs().max().item()
+                            for a, b in zip(*outs))
+    boxes = torch.rand(64, 2, generator=g) * 50
+    boxes = torch.cat([boxes, boxes + torch.rand(64, 2, generator=g) * 20], 1)
+    scores = torch.rand(64, generator=g)
+    keeps = [
+        nms(boxes.to(dev), scores.to(dev), 0.5)[1].cpu().tolist()
+        for dev in ('cpu', device_name)
+    ]
+    diffs['NMS'] = float(keeps[0] != keeps[1])
+    return diffs
+
+
+#: The largest difference accepted between an op on the GPU and its
+#: reference (float32 kernels that sum in another order).
+OPS_TOLERANCE = 1e-4
+
+
+def probe_mmcv() -> dict:
+    """What the installed mmcv holds: its compiled ops load; whether they
+    were compiled with CUDA; on a GPU node, the ops' differences."""
+    import torch
+
+    import mmcv._ext  # noqa: F401
+    from mmcv.ops import get_compiling_cuda_version
+    compiled = get_compiling_cuda_version()
+    info = dict(mmcv_cuda=None if compiled == 'not available' else compiled)
+    if torch.cuda.is_available() and info['mmcv_cuda']:
+        info['diffs'] = compare_mmcv_ops('cuda')
+    return info
+
+
+def mmcv_problem(info: dict, cuda_available: bool) -> Optional[str]:
+    """What is wrong with an mmcv whose probe gave ``info``, on a machine
+    where torch can (``cuda_available``) or cannot use a GPU."""
+    if not cuda_available:
+        return None
+    if not info.get('mmcv_cuda'):
+        return ('mmcv was compiled without CUDA (a CPU-only build, e.g. made '
+                'on a node without a GPU or served from a cache), so its ops '
+                'cannot run on this GPU: "make install" rebuilds it here')
+    bad = {
+        op: diff
+        for op, diff in (info.get('diffs') or {}).items()
+        if not diff <= OPS_TOLERANCE
+    }
+    if bad:
+        listed = ', '.join(f'{op} differs by {d:.2e}' for op, d in bad.items())
+        return (f'mmcv\'s CUDA ops disagree with their CPU/PyTorch results '
+                f'({listed}; accepted: {OPS_TOLERANCE:g})')
     return None
 
 
@@ -121,10 +280,57 @@ def check_mmcv():
     problem = _check('mmcv', read_requirements('openmmlab.txt')['mmcv'])
     if problem:
         return problem
-    r = _run('import mmcv._ext')
+    r = _run(['--probe', 'mmcv'])
     if r.returncode:
-        return 'mmcv is installed without its compiled ops (mmcv._ext)'
-    return None
+        return ('mmcv is installed without its compiled ops, or they were '
+                f'built for another torch (mmcv._ext: {_last_line(r)})')
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    torch_info = _torch_info()[1]
+    return mmcv_problem(info, bool(torch_info
+                                   and torch_info['cuda_available']))
+
+
+def torch_pair(env=None) -> str:
+    """The requirements file of the torch pair for this machine:
+    ``TORCH_PAIR`` (``cu13`` or ``cu12``) when set, else the pair the
+    NVIDIA driver runs (the pin where there is no GPU).
+
+    Raises:
+        ValueError: An unknown ``TORCH_PAIR``, or a driver too old for
+            every supported pair.
+    """
+    env = os.environ if env is None else env
+    key = env.get('TORCH_PAIR', '').strip()
+    if key:
+        if key not in device.TORCH_PAIRS:
+            raise ValueError(f'TORCH_PAIR={key!r} is not one of '
+                             f'{", ".join(device.TORCH_PAIRS)}')
+        return device.TORCH_PAIRS[key][0]
+    gpu = device.find_nvidia_gpu(env)
+    key = device.torch_pair_for(gpu.driver if gpu else None)
+    if key is None:
+        oldest = min(cuda for _, cuda in device.TORCH_PAIRS.values())
+        raise ValueError(
+            f'this machine has {gpu.describe()}: no supported torch runs on '
+            f'that driver (CUDA {oldest} needs >= '
+            f'{device.min_driver(oldest)}); update the NVIDIA driver')
+    return device.TORCH_PAIRS[key][0]
+
+
+def mmcv_key() -> str:
+    """Where a built mmcv wheel is kept: torch's version and CUDA, the
+    arch list a CUDA build is made for, the Python tag."""
+    import torch
+    cuda = torch.version.cuda
+    force = os.environ.get('FORCE_CUDA', '0') == '1'
+    if cuda and (torch.cuda.is_available() or force):
+        arch = os.environ.get('TORCH_CUDA_ARCH_LIST', 'auto')
+        build = 'cu' + cuda.replace('.', '') + '-' + \
+            re.sub(r'[^0-9A-Za-z.+]+', '_', arch)
+    else:
+        build = 'cpu'
+    py = f'cp{sys.version_info[0]}{sys.version_info[1]}'
+    return f'torch{torch.__version__.replace("+", "_")}-{build}-{py}'
 
 
 def check_rest():
@@ -143,6 +349,7 @@ def check_rest():
 PARTS = {
     'setuptools': check_setuptools,
     'torch': check_torch,
+    'gpu': check_gpu,
     'mmcv': check_mmcv,
     'rest': check_rest,
 }
@@ -164,8 +371,32 @@ def main():
         '--part', choices=sorted(PARTS) + ['all'], default='all')
     parser.add_argument(
         '--pin', metavar='NAME', help="print NAME's requirement line")
+    parser.add_argument(
+        '--torch-pair',
+        action='store_true',
+        help="print the requirements file of this machine's torch pair")
+    parser.add_argument(
+        '--mmcv-key',
+        action='store_true',
+        help='print the key under which the built mmcv wheel is kept')
+    parser.add_argument(
+        '--probe', choices=['torch', 'mmcv'], help=argparse.SUPPRESS)
     parser.add_argument('--quiet', action='store_true')
     args = parser.parse_args()
+    if args.probe:
+        probe = probe_torch if args.probe == 'torch' else probe_mmcv
+        print(json.dumps(probe()))
+        return 0
+    if args.torch_pair:
+        try:
+            print(torch_pair())
+        except ValueError as err:
+            print(f'[check_env] {err}', file=sys.stderr)
+            return 1
+        return 0
+    if args.mmcv_key:
+        print(mmcv_key())
+        return 0
     if args.pin:
         try:
             print(pin(args.pin))

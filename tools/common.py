@@ -20,6 +20,7 @@ warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
 from mmengine.config import DictAction
 
+from mmlape.utils.device import CudaUnusableError
 from mmlape.utils.errors import ConfigError, InputError, one_line
 from mmlape.utils.launch import UsageError
 
@@ -100,7 +101,8 @@ def fail(running: bool = False):
             Otherwise (reading the config and building from it) the errors
             of :data:`SETUP_ERRORS` count too. Defaults to False.
     """
-    caught = InputError if running else (InputError, ) + SETUP_ERRORS
+    caught = (InputError, CudaUnusableError) if running else (
+        InputError, CudaUnusableError) + SETUP_ERRORS
     try:
         yield
     except caught as err:
@@ -195,9 +197,19 @@ def _syntax_error(path, seen=None):
     return None
 
 
+def check_device() -> Optional[str]:
+    """Stop (:class:`~mmlape.utils.device.CudaUnusableError`, one line)
+    when this machine has an NVIDIA GPU that torch cannot use, unless
+    ``MMLAPE_ALLOW_CPU=1`` opts into the CPU: then the problem is returned
+    for the run's log."""
+    from mmlape.utils.device import require_usable_gpu
+    return require_usable_gpu()
+
+
 def setup_runner(cfg, phases):
-    """Register the scope's modules, check work dir and data, prepare CPU
-    distributed runs and build the runner."""
+    """Check the device, register the scope's modules, check work dir and
+    data, prepare CPU distributed runs and build the runner; a run on the
+    CPU says so once in its log."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
@@ -206,14 +218,22 @@ def setup_runner(cfg, phases):
                                      register_scope_modules,
                                      setup_cpu_distributed,
                                      use_checked_image_loading)
+    allowed = check_device()
     register_scope_modules(cfg)
     check_work_dir(cfg.work_dir)
     check_dataset_paths(cfg, phases)
     use_checked_image_loading(cfg, phases)
-    setup_cpu_distributed(cfg)
-    if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+    on_cpu = setup_cpu_distributed(cfg)
+    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
+        Runner.from_cfg(cfg)
+    if allowed:
+        runner.logger.warning(
+            f'MMLAPE_ALLOW_CPU=1: running on the CPU although {allowed}')
+    elif on_cpu:
+        runner.logger.info(
+            f'no NVIDIA GPU on this machine: {runner.world_size} '
+            f'processes run on the CPU (gloo)')
+    return runner
 
 
 def finish():

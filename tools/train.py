@@ -13,8 +13,8 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import (ToolParser, UsageError, fail, finish, load_config,
-                          parse_common, setup_runner)
+from tools.common import (ToolParser, UsageError, check_device, fail, finish,
+                          load_config, parse_common, setup_runner)
 
 
 def parse_args(argv=None):
@@ -48,6 +48,7 @@ def build_cfg(args):
     cfg = load_config(args.config, args.cfg_options, args.launcher,
                       args.work_dir)
     if args.amp:
+        check_device()  # a GPU torch cannot use: say why, not "no GPU"
         if not torch.cuda.is_available():
             raise UsageError('--amp needs a CUDA GPU; none is available')
         cfg.optim_wrapper.type = 'AmpOptimWrapper'

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from .device import require_usable_gpu
 from .errors import CheckpointError, ConfigError, DataError
 
 __all__ = [
@@ -53,14 +54,22 @@ class UsageError(ConfigError):
 def setup_cpu_distributed(cfg: Config) -> bool:
     """Prepare a distributed run on CPU; a no-op when CUDA is available.
 
+    The CPU path is taken only where the machine has no NVIDIA GPU, or where
+    ``MMLAPE_ALLOW_CPU=1`` asks for it: a GPU that torch cannot use stops
+    the run (:func:`~mmlape.utils.device.require_usable_gpu`).
+
     Args:
         cfg (Config): The run's config; ``cfg.launcher`` must be set.
 
     Returns:
         bool: Whether the CPU (gloo) path was taken.
+
+    Raises:
+        CudaUnusableError: An NVIDIA GPU is here and torch cannot use it.
     """
     if cfg.get('launcher', 'none') == 'none' or torch.cuda.is_available():
         return False
+    require_usable_gpu()
     env_cfg = cfg.setdefault('env_cfg', {})
     dist_cfg = env_cfg.setdefault('dist_cfg', {})
     dist_cfg['backend'] = 'gloo'

@@ -225,7 +225,11 @@ def pip_download(need: Need, dest: str) -> str:
             '--disable-pip-version-check', '-d', tmp
         ]
         if need.sdist:
-            cmd += ['--no-binary', ':all:']
+            # pip reads an sdist's metadata by running its setup.py; in an
+            # isolated build that gets the newest setuptools, which lacks
+            # the pkg_resources mmcv's setup.py imports: use this
+            # environment's (requirements/build.txt).
+            cmd += ['--no-binary', ':all:', '--no-build-isolation']
         else:
             cmd += [
                 '--only-binary', ':all:', '--python-version', PYTHON_VERSION,
