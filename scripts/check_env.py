@@ -149,8 +149,10 @@ def probe_torch() -> dict:
         keep_gpu = torchvision.ops.nms(boxes.cuda(), scores.cuda(),
                                        .5).tolist()
         assert keep_gpu == keep, f'torchvision nms on the GPU: {keep_gpu}'
-    return dict(torch=torch.__version__, cuda=torch.version.cuda,
-                cuda_available=torch.cuda.is_available())
+    return dict(
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        cuda_available=torch.cuda.is_available())
 
 
 @functools.lru_cache()
@@ -207,8 +209,8 @@ def compare_mmcv_ops(device_name: str) -> Dict[str, float]:
     if device_name != 'cpu':  # mmcv has this kernel on CUDA only
         dev_value = value.to(device_name).requires_grad_()
         out = MultiScaleDeformableAttnFunction.apply(
-            dev_value, *(t.to(device_name)
-                         for t in (shapes, starts, loc, weight)), 64)
+            dev_value,
+            *(t.to(device_name) for t in (shapes, starts, loc, weight)), 64)
         out.sum().backward()
         diffs['deformable attention'] = max(
             (out.detach().cpu() - ref.detach()).abs().max().item(),
@@ -223,8 +225,7 @@ def compare_mmcv_ops(device_name: str) -> Dict[str, float]:
         y = layer(x, rois.to(dev))
         (y * torch.arange(y.numel(), device=dev).view_as(y)).sum().backward()
         outs.append((y.detach().cpu(), x.grad.cpu()))
-    diffs['RoIAlign'] = max((a - b).abs().max().item()
-                            for a, b in zip(*outs))
+    diffs['RoIAlign'] = max((a - b).abs().max().item() for a, b in zip(*outs))
     boxes = torch.rand(64, 2, generator=g) * 50
     boxes = torch.cat([boxes, boxes + torch.rand(64, 2, generator=g) * 20], 1)
     scores = torch.rand(64, generator=g)
@@ -244,9 +245,8 @@ OPS_TOLERANCE = 1e-4
 def probe_mmcv() -> dict:
     """What the installed mmcv holds: its compiled ops load; whether they
     were compiled with CUDA; on a GPU node, the ops' differences."""
-    import torch
-
     import mmcv._ext  # noqa: F401
+    import torch
     from mmcv.ops import get_compiling_cuda_version
     compiled = get_compiling_cuda_version()
     info = dict(mmcv_cuda=None if compiled == 'not available' else compiled)

@@ -144,8 +144,11 @@ def test_pair_files_exist_and_pin_a_matching_torchvision():
 
 def test_allow_cpu_is_explicit(monkeypatch):
     gpu = NvidiaGPU(OLD_DRIVER, [GPU_NAME])
-    args = dict(gpu=gpu, torch_version='2.13.0', torch_cuda='13.0',
-                cuda_available=False)
+    args = dict(
+        gpu=gpu,
+        torch_version='2.13.0',
+        torch_cuda='13.0',
+        cuda_available=False)
     with pytest.raises(device.CudaUnusableError, match=OLD_DRIVER):
         device.require_usable_gpu(env={}, **args)
     for value in ('0', '', 'no'):
@@ -163,8 +166,8 @@ def test_torch_pair_follows_the_driver(tmp_path):
     check_env = load_check_env()
     none = dict(PATH='/nonexistent')
     assert check_env.torch_pair(none) == 'requirements/torch.txt'
-    assert check_env.torch_pair(dict(PATH=fake_nvidia_smi(
-        str(tmp_path)))) == 'requirements/torch-cu12.txt'
+    assert check_env.torch_pair(dict(
+        PATH=fake_nvidia_smi(str(tmp_path)))) == 'requirements/torch-cu12.txt'
     new = tmp_path / 'new'
     new.mkdir()
     assert check_env.torch_pair(
@@ -188,8 +191,14 @@ def test_mmcv_without_cuda_is_refused_on_a_gpu_node():
     assert 'compiled without CUDA' in line and 'make install' in line
     ok = {'mmcv_cuda': '13.0', 'diffs': {'RoIAlign': 2e-6, 'NMS': 0.0}}
     assert check_env.mmcv_problem(ok, True) is None
-    bad = {'mmcv_cuda': '13.0', 'diffs': {'deformable attention': 0.3,
-                                          'NMS': 1.0, 'RoIAlign': 0.0}}
+    bad = {
+        'mmcv_cuda': '13.0',
+        'diffs': {
+            'deformable attention': 0.3,
+            'NMS': 1.0,
+            'RoIAlign': 0.0
+        }
+    }
     line = check_env.mmcv_problem(bad, True)
     assert 'deformable attention differs by 3.00e-01' in line
     assert 'NMS differs' in line and 'RoIAlign' not in line
@@ -255,11 +264,11 @@ def test_tools_stop_with_the_line(tool, gpu_node, pos_shapes_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_allow_cpu_runs_and_says_so_once(gpu_node, pos_shapes_data,
-                                         tmp_path):
-    out = run([sys.executable, 'tools/train.py', DEMO, '--work-dir',
-               str(tmp_path)] + demo_options(pos_shapes_data, 2),
-              env=dict(gpu_node, MMLAPE_ALLOW_CPU='1'))
+def test_allow_cpu_runs_and_says_so_once(gpu_node, pos_shapes_data, tmp_path):
+    out = run(
+        [sys.executable, 'tools/train.py', DEMO, '--work-dir',
+         str(tmp_path)] + demo_options(pos_shapes_data, 2),
+        env=dict(gpu_node, MMLAPE_ALLOW_CPU='1'))
     log = out.stdout + out.stderr
     assert log.count('MMLAPE_ALLOW_CPU=1: running on the CPU although') == 1
     assert OLD_DRIVER in log and 'Iter(train) [2/2]' in log

@@ -101,8 +101,9 @@ def fail(running: bool = False):
             Otherwise (reading the config and building from it) the errors
             of :data:`SETUP_ERRORS` count too. Defaults to False.
     """
-    caught = (InputError, CudaUnusableError) if running else (
-        InputError, CudaUnusableError) + SETUP_ERRORS
+    caught = (InputError, CudaUnusableError)
+    if not running:
+        caught += SETUP_ERRORS
     try:
         yield
     except caught as err:

@@ -115,8 +115,10 @@ def find_nvidia_gpu(env: Optional[Mapping[str, str]] = None,
                              text=True,
                              timeout=30,
                              env=env)
-        rows = [line.rsplit(',', 1) for line in out.stdout.splitlines()
-                if ',' in line] if out.returncode == 0 else []
+        rows = [
+            line.rsplit(',', 1) for line in out.stdout.splitlines()
+            if ',' in line
+        ] if out.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired):
         rows = []
     if rows:
@@ -130,8 +132,9 @@ def find_nvidia_gpu(env: Optional[Mapping[str, str]] = None,
     driver = None
     try:
         with open(driver_file, encoding='utf-8') as f:
-            found = re.search(r'Kernel Module\s+(?:for\s+\S+\s+)?(\d+\.\d+'
-                              r'(?:\.\d+)?)', f.read())
+            found = re.search(
+                r'Kernel Module\s+(?:for\s+\S+\s+)?(\d+\.\d+'
+                r'(?:\.\d+)?)', f.read())
         driver = found.group(1) if found else None
     except OSError:
         pass
