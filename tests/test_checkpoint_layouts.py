@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
+from mmlape.apis.launch import check_checkpoint_fits
 from mmlape.models import LaPEViT, LaPEViTAdapter
 from mmlape.utils.checkpoint import (Layout, convert_layout, detect_layout,
                                      select_backbone)
-from mmlape.utils.launch import check_checkpoint_fits
 
 sys.path.insert(0, 'tools/convert')
 import vit_to_mmlape

@@ -20,11 +20,11 @@ from mmengine.evaluator import BaseMetric
 from mmengine.runner import Runner
 
 import mmlape  # noqa: F401
+from mmlape.apis.launch import (backbone_differences, find_resume_checkpoint,
+                                is_complete_checkpoint, recorded_model)
 from mmlape.datasets import generate_pos_shapes
 from mmlape.engine.hooks import PARTIAL_PREFIX, AtomicCheckpointHook
 from mmlape.utils.errors import CheckpointError
-from mmlape.utils.launch import (backbone_differences, find_resume_checkpoint,
-                                 is_complete_checkpoint, recorded_model)
 from mmlape.utils.safe_load import safe_torch_load
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -462,7 +462,7 @@ def test_backbone_differences_fill_in_defaults():
 
 def test_init_cfg_from_another_join_is_a_note(tmp_path, monkeypatch):
     from mmlape.analysis import build_from_config
-    from mmlape.utils import launch
+    from mmlape.apis import launch
     mpvg = osp.join(ROOT, 'configs/demo/deit-demo-mpvg_pos-shapes.py')
     model, cfg = build_from_config(mpvg)
     ckpt = str(tmp_path / 'mpvg.pth')

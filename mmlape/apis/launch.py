@@ -34,8 +34,8 @@ import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from .device import require_usable_gpu
-from .errors import CheckpointError, ConfigError, DataError
+from mmlape.utils.device import require_usable_gpu
+from mmlape.utils.errors import CheckpointError, ConfigError, DataError
 
 __all__ = [
     'UsageError', 'backbone_differences', 'check_checkpoint_fits',
@@ -689,8 +689,8 @@ def check_checkpoint_fits(model: torch.nn.Module,
             or is another model's: names each differing field with both
             values, or lists missing, unexpected and mismatched keys.
     """
-    from .convert import unwrap_state_dict
-    from .safe_load import safe_torch_load
+    from mmlape.models.checkpoint import unwrap_state_dict
+    from mmlape.utils.safe_load import safe_torch_load
     if not os.path.isfile(filename):
         raise CheckpointError(
             f'{purpose}: checkpoint "{filename}" does not exist')
@@ -767,7 +767,7 @@ def note_finetune_sources(cfg: Config) -> None:
     Raises:
         CheckpointError: A source cannot be read; names where it is set.
     """
-    from .safe_load import safe_torch_load
+    from mmlape.utils.safe_load import safe_torch_load
     for where, filename, backbone in _pretrained_sources(cfg):
         if '://' in str(filename):
             continue
