@@ -1,6 +1,7 @@
 """Nothing saved is lost: atomic checkpoints in every config, resume from the
 newest complete checkpoint, SIGKILL during saves, and checkpoints of another
 model refused by resume and test."""
+import errno
 import glob
 import importlib
 import json
@@ -14,16 +15,19 @@ import time
 
 import pytest
 import torch
-from conftest import ToyData, ToyModel
+from conftest import ROOT, ToyData, ToyModel
 from mmengine.config import Config
 from mmengine.evaluator import BaseMetric
 from mmengine.runner import Runner
+
+sys.path.insert(0, ROOT)  # tools.common
 
 import mmlape  # noqa: F401
 from mmlape.apis.launch import (backbone_differences, find_resume_checkpoint,
                                 is_complete_checkpoint, recorded_model)
 from mmlape.datasets import generate_pos_shapes
-from mmlape.engine.hooks import PARTIAL_PREFIX, AtomicCheckpointHook
+from mmlape.engine.hooks import (PARTIAL_PREFIX, AtomicCheckpointHook,
+                                 AtomicLocalBackend)
 from mmlape.utils.errors import CheckpointError
 from mmlape.utils.safe_load import safe_torch_load
 
@@ -162,6 +166,46 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert (tmp_path / 'last_checkpoint').read_text() == str(tmp_path /
                                                              'iter_2.pth')
     assert safe_torch_load(str(tmp_path / 'iter_2.pth'))['meta']['iter'] == 2
+
+
+@pytest.mark.parametrize('code', [errno.ENOSPC, errno.EDQUOT])
+def test_no_room_is_one_line_naming_file_cause_and_intact_checkpoint(
+        tmp_path, monkeypatch, capsys, code):
+    """A full disk or quota ends the run with one line and status 2 (not a
+    traceback); the checkpoint it names is intact and loadable."""
+    from tools.common import fail
+    runner = toy_runner(tmp_path, 3, max_keep_ckpts=1)
+    put = AtomicLocalBackend.put
+
+    def put_until_full(self, obj, filepath):
+        if str(filepath).endswith('iter_3.pth'):
+            raise OSError(code, os.strerror(code))
+        put(self, obj, filepath)
+
+    monkeypatch.setattr(AtomicLocalBackend, 'put', put_until_full)
+    with pytest.raises(SystemExit) as exit_info, fail(running=True):
+        runner.train()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    intact = str(tmp_path / 'iter_2.pth')
+    assert err == [
+        f'error: could not write "{tmp_path / "iter_3.pth"}": '
+        f'{os.strerror(code)}; "{intact}" is intact (--resume continues '
+        f'from it)'
+    ]
+    assert safe_torch_load(intact)['meta']['iter'] == 2
+    assert (tmp_path / 'last_checkpoint').read_text() == intact
+
+
+def test_other_write_errors_keep_their_traceback(tmp_path, monkeypatch):
+    runner = toy_runner(tmp_path, 1)
+
+    def denied(self, obj, filepath):
+        raise PermissionError(errno.EACCES, 'Permission denied')
+
+    monkeypatch.setattr(AtomicLocalBackend, 'put', denied)
+    with pytest.raises(PermissionError):
+        runner.train()
 
 
 def _kept_ids(path):

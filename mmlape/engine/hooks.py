@@ -25,10 +25,12 @@ changes the order and the writes:
 A file under a checkpoint's name is therefore always complete, and at every
 moment at least the last complete checkpoint exists.
 """
+import contextlib
+import errno
 import os
 import os.path as osp
 import tempfile
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, Iterator, List, Optional, Union
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend, register_backend
@@ -37,6 +39,7 @@ from mmengine.logging import print_log
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 
 from mmlape.registry import HOOKS
+from mmlape.utils.errors import CheckpointSaveError
 
 __all__ = [
     'AtomicCheckpointHook', 'AtomicLocalBackend', 'atomic_write',
@@ -48,6 +51,9 @@ PARTIAL_PREFIX = '.mmlape-partial-'
 PARTIAL_SUFFIX = '.tmp'
 #: The name of the file backend that :class:`AtomicCheckpointHook` uses.
 BACKEND_NAME = 'mmlape_atomic_local'
+#: Write errors that mean "no room": the run cannot go on, and the user can
+#: act on them (free space, another work dir); the message says so.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _fsync_dir(dirname: str) -> None:
@@ -216,6 +222,29 @@ class AtomicCheckpointHook(CheckpointHook):
                         f'was interrupted',
                         logger='current')
 
+    @contextlib.contextmanager
+    def _room_for(self, runner, path: str) -> Iterator[None]:
+        """Turn a save that fails for lack of space or quota into one
+        :class:`~mmlape.utils.errors.CheckpointSaveError` naming the file,
+        the cause and the checkpoint that is intact (nothing is removed
+        before a save has succeeded)."""
+        try:
+            yield
+        except OSError as err:
+            if err.errno not in NO_ROOM:
+                raise
+            last = osp.join(runner.work_dir, 'last_checkpoint')
+            intact = None
+            if osp.isfile(last):
+                with open(last, encoding='utf-8') as f:
+                    intact = f.read().strip() or None
+            kept = (f'"{intact}" is intact (--resume continues from it)'
+                    if intact and osp.isfile(intact) else
+                    'no earlier checkpoint exists')
+            raise CheckpointSaveError(
+                f'could not write "{path}": '
+                f'{err.strerror or os.strerror(err.errno)}; {kept}') from err
+
     def _save_checkpoint_with_step(self, runner, step: int,
                                    meta: dict) -> None:
         filename = self.filename_tmpl.format(step)
@@ -239,16 +268,17 @@ class AtomicCheckpointHook(CheckpointHook):
         self.last_ckpt = self.file_backend.join_path(self.out_dir, filename)
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
 
-        runner.save_checkpoint(
-            self.out_dir,
-            filename,
-            self.file_client_args,
-            save_optimizer=self.save_optimizer,
-            save_param_scheduler=self.save_param_scheduler,
-            meta=meta,
-            by_epoch=self.by_epoch,
-            backend_args=self.backend_args,
-            **self.args)
+        with self._room_for(runner, self.last_ckpt):
+            runner.save_checkpoint(
+                self.out_dir,
+                filename,
+                self.file_client_args,
+                save_optimizer=self.save_optimizer,
+                save_param_scheduler=self.save_param_scheduler,
+                meta=meta,
+                by_epoch=self.by_epoch,
+                backend_args=self.backend_args,
+                **self.args)
         if outdated_ids:
             runner.message_hub.update_info('keep_ckpt_ids',
                                            list(self.keep_ckpt_ids))
@@ -266,7 +296,9 @@ class AtomicCheckpointHook(CheckpointHook):
         recorder = _RemovalRecorder(backend)
         self.file_backend = recorder
         try:
-            super()._save_best_checkpoint(runner, metrics)
+            with self._room_for(runner, f'the best checkpoint in '
+                                f'{self.out_dir}'):
+                super()._save_best_checkpoint(runner, metrics)
         finally:
             self.file_backend = backend
         keep = {
@@ -280,6 +312,10 @@ class AtomicCheckpointHook(CheckpointHook):
 
     def _write_last_checkpoint(self, runner, path: str) -> None:
         last = osp.join(runner.work_dir, 'last_checkpoint')
+        with self._room_for(runner, last):
+            self._write_text(last, path)
+
+    def _write_text(self, last: str, path: str) -> None:
         if self.atomic:
             atomic_write(last, str(path).encode())
         else:

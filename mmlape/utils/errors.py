@@ -15,7 +15,7 @@ any other exception is a bug and keeps its traceback.
 
 __all__ = [
     'InputError', 'ConfigError', 'CheckpointError', 'CheckpointNotFoundError',
-    'DataError', 'one_line'
+    'CheckpointSaveError', 'DataError', 'one_line'
 ]
 
 
@@ -35,6 +35,12 @@ class CheckpointError(InputError, ValueError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """A checkpoint path that names no file."""
+
+
+class CheckpointSaveError(InputError, OSError):
+    """A checkpoint that could not be written for lack of space or quota;
+    the message names the file, the cause and the checkpoint that is
+    intact."""
 
 
 class DataError(InputError, ValueError):
