@@ -4,8 +4,10 @@ Importing mmlape (``custom_imports=dict(imports=['mmlape'])`` in a config)
 registers its models in the ``mmlape`` scope and in mmengine's root
 registry, so mmpretrain, mmdet and mmseg configs can name them; makes
 mmengine load local checkpoints safely under torch >= 2.6
-(:mod:`mmlape.utils.safe_load`); and lets configs inherit mmlape's own with
-``_base_ = 'mmlape::deit/...'``. It imports no host task library
+(:mod:`mmlape.utils.safe_load`); runs mmcv's deformable attention, RoIAlign
+and NMS in float32 under mixed precision, as their CUDA kernels need
+(:mod:`mmlape.models.layers.mmcv_amp`); and lets configs inherit mmlape's
+own with ``_base_ = 'mmlape::deit/...'``. It imports no host task library
 (mmpretrain, mmdet, mmseg): the few parts that build on one import it when
 they are used.
 """
@@ -20,5 +22,8 @@ install_safe_loading()
 MODULE2PACKAGE.setdefault('mmlape', 'mmlape')
 
 from . import engine, models  # noqa: E402,F401  (registers them)
+from .models.layers.mmcv_amp import install_float32_mmcv_ops  # noqa: E402
+
+install_float32_mmcv_ops()
 
 __all__ = ['__version__', 'version_info']
