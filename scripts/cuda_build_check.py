@@ -327,8 +327,9 @@ def ninja_times(temp: str) -> Dict[str, float]:
     return times
 
 
-_ERROR = re.compile(r'error|undefined reference|cannot find -l|No such file',
-                    re.I)
+_ERROR = re.compile(
+    r'\berror\b\s*:|undefined reference to|cannot find -l|'
+    r'No such file or directory', re.I)
 
 
 def first_errors(log: str, limit: int = 12) -> List[str]:
@@ -337,7 +338,7 @@ def first_errors(log: str, limit: int = 12) -> List[str]:
     for line in log.splitlines():
         line = line.strip()
         if (_ERROR.search(line) and not line.startswith(('[', 'FAILED'))
-                and 'Werror' not in line and len(seen) < limit):
+                and len(seen) < limit):
             seen.setdefault(line[:300])
     return list(seen)
 

@@ -9,9 +9,11 @@ major exists (slow; skipped with the reason elsewhere).
 """
 import os
 import os.path as osp
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 import torch
@@ -494,7 +496,9 @@ def test_build_log_parsing(tmp_path):
            '/src/a.cu:1:10: fatal error: cusparse.h: No such file or '
            'directory\n'
            '/usr/bin/ld: cannot find -lcudart: No such file or directory\n'
-           'ninja: build stopped: subcommand failed.\n')
+           'ninja: build stopped: subcommand failed.\n'
+           '  raise CalledProcessError(retcode, process.args,\n'
+           'RuntimeError: Error compiling objects for extension\n')
     assert cuda_build_check.first_errors(log) == [
         '/src/a.cu:1:10: fatal error: cusparse.h: No such file or directory',
         '/usr/bin/ld: cannot find -lcudart: No such file or directory'
@@ -547,3 +551,50 @@ def test_mmcv_cuda_sources_compile_link_and_load(tmp_path):
         i for op in cuda_build_check.OPS.values() for i in op.impls)
     assert report.probe['cpu_call'].startswith(
         'nms_impl: implementation for device cpu not found')
+
+
+@pytest.mark.slow
+def test_probe_names_an_undefined_symbol(tmp_path):
+    """A library that links but lacks a symbol fails the import, and the
+    error names the symbol."""
+    cc = shutil.which('cc') or shutil.which('gcc')
+    if cc is None:
+        pytest.skip('no C compiler')
+    name = cuda_build_check.EXT_NAME
+    src = touch(
+        str(tmp_path / 'ext.c'), '#include <Python.h>\n'
+        'int missing_launcher(void);\n'
+        'static PyObject *f(PyObject *s, PyObject *a) '
+        '{ return PyLong_FromLong(missing_launcher()); }\n'
+        'static PyMethodDef m[] = {{"nms", f, METH_NOARGS, 0}, {0}};\n'
+        f'static struct PyModuleDef d = {{PyModuleDef_HEAD_INIT, "{name}", '
+        '0, -1, m};\n'
+        f'PyMODINIT_FUNC PyInit_{name}(void) '
+        '{ return PyModule_Create(&d); }\n')
+    lib = str(tmp_path / f'{name}{sysconfig.get_config_var("EXT_SUFFIX")}')
+    subprocess.run([
+        cc, '-shared', '-fPIC', f'-I{sysconfig.get_paths()["include"]}', src,
+        '-o', lib
+    ],
+                   check=True)
+    with pytest.raises(cuda_build_check.BuildCheckError) as err:
+        cuda_build_check.probe(lib)
+    assert 'an undefined symbol' in one_line(err)
+    assert 'missing_launcher' in str(err.value)
+
+
+@pytest.mark.slow
+def test_build_failure_names_the_first_error(tmp_path):
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(f'no CUDA build possible here: {reason}')
+    src = touch(str(tmp_path / 'broken.cpp'), 'int f() { return nope; }\n')
+    env = dict(os.environ)
+    env.update(cuda_env.build_env(link_root=str(tmp_path), capabilities=[]))
+    with pytest.raises(cuda_build_check.BuildCheckError) as err:
+        cuda_build_check.build([src], str(tmp_path), str(tmp_path), env, 1)
+    text = one_line(err)
+    assert text.startswith('the build failed after ')
+    assert re.search(r"broken\.cpp:1:18: error: .nope. was not declared",
+                     text), text
+    assert f'(log: {tmp_path}/build.log)' in text
