@@ -9,12 +9,16 @@ References:
 
 ``scripts/gpu/setup.sh`` calls it to build mmcv's CUDA ops for exactly the
 GPUs it finds: one architecture compiles several times faster than torch's
-default list.
+default list. Where no GPU is visible (a login node building with
+``FORCE_CUDA=1``), ``default_arch_list`` (``--default``) gives a short list
+for the common training GPUs instead; ``scripts/cuda_env.py`` uses both.
 
 Example:
     python scripts/gpu/cuda_arch.py                       # e.g. 9.0
     python scripts/gpu/cuda_arch.py --capability 8.6 --capability 9.0 \
         --nvcc-archs 75,80,86,89,90                       # 8.6;9.0
+    python scripts/gpu/cuda_arch.py --default --nvcc-archs 75,80,86,90
+                                                # 7.5;8.0;8.6;9.0+PTX
 """
 import argparse
 import re
@@ -102,6 +106,54 @@ def arch_list(capabilities: Sequence[Capability],
     return ';'.join(out)
 
 
+#: The architectures built for when no GPU is visible: the GPUs ViTs are
+#: usually trained on. 7.0 is the V100, 8.0 the A100 (and A30), 8.6 the A10,
+#: A40 and RTX 30xx (its code also runs on 8.9: L4, L40, RTX 40xx), 9.0 the
+#: H100/H200. ``+PTX`` on the newest lets the driver compile that PTX for a
+#: newer GPU (Blackwell) when the library loads. Each architecture adds a
+#: full device compile of every kernel, so the list stays short.
+DEFAULT_ARCHS: Tuple[Capability, ...] = ((7, 0), (8, 0), (8, 6), (9, 0))
+
+
+def default_arch_list(supported: Optional[Sequence[Capability]] = None) -> str:
+    """The ``TORCH_CUDA_ARCH_LIST`` for a build where no GPU is visible.
+
+    torch's extension builder reads the visible GPUs when
+    ``TORCH_CUDA_ARCH_LIST`` is unset and fails without any (``FORCE_CUDA=1``
+    on a login node), so such a build needs a list: ``DEFAULT_ARCHS``, cut to
+    what nvcc targets. An architecture nvcc dropped is replaced by the
+    oldest one of the same major that nvcc keeps (CUDA 13 dropped 7.0, so
+    7.5 takes its place and the T4 keeps working), else left out. The
+    newest entry gets ``+PTX``.
+
+    Args:
+        supported (Sequence[tuple], optional): What nvcc can target; None
+            keeps ``DEFAULT_ARCHS`` as they are.
+
+    Returns:
+        str: e.g. ``'7.5;8.0;8.6;9.0+PTX'`` for CUDA 13.
+
+    Raises:
+        ValueError: nvcc targets none of the default architectures' majors.
+    """
+    chosen: List[Capability] = []
+    for cap in DEFAULT_ARCHS:
+        if supported is not None and cap not in supported:
+            newer = [s for s in supported if s[0] == cap[0] and s > cap]
+            if not newer:
+                continue
+            cap = min(newer)
+        if cap not in chosen:
+            chosen.append(cap)
+    if not chosen:
+        raise ValueError('this nvcc targets none of the default '
+                         'architectures; set TORCH_CUDA_ARCH_LIST yourself '
+                         '(e.g. "9.0")')
+    entries = [f'{major}.{minor}' for major, minor in chosen]
+    entries[-1] += '+PTX'
+    return ';'.join(entries)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument(
@@ -114,13 +166,21 @@ def main(argv=None) -> int:
         help='comma-separated architectures nvcc targets, such as '
         '75,80,90; default: asked from nvcc')
     parser.add_argument('--nvcc', default='nvcc', help='nvcc to ask')
+    parser.add_argument(
+        '--default',
+        action='store_true',
+        help='without --capability and without a visible GPU, print the '
+        'default list for the common training GPUs instead of failing')
     args = parser.parse_args(argv)
     try:
         caps = ([parse_capability(c) for c in args.capability]
                 if args.capability else device_capabilities())
         supported = ([parse_capability(a) for a in args.nvcc_archs.split(',')]
                      if args.nvcc_archs else nvcc_archs(args.nvcc))
-        print(arch_list(caps, supported))
+        if not caps and args.default:
+            print(default_arch_list(supported))
+        else:
+            print(arch_list(caps, supported))
     except ValueError as err:
         print(f'error: {err}', file=sys.stderr)
         return 1
