@@ -116,6 +116,11 @@ EOF
 sdist=${sdists[0]}
 version=$(basename "$sdist" .tar.gz)
 version=${version#mmcv-}
+# The toolkit: CUDA_HOME behind an nvcc wrapper, torch's CUDA major, the
+# pip-wheel layout's headers and libcudart.so link (scripts/cuda_env.py).
+exports=$("$PY" scripts/cuda_env.py --exports --build-dir "$BUILD/cuda") ||
+    die "the CUDA toolkit cannot build mmcv here (see the line above)"
+eval "$exports"
 arch=${TORCH_CUDA_ARCH_LIST:-$("$PY" scripts/gpu/cuda_arch.py)} ||
     die "no arch list (see above)"
 info="mmcv=$version torch=$("$PY" -c 'import torch
