@@ -28,16 +28,14 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
-from mmengine.logging import print_log
 from torch import Tensor
 
 from mmlape.registry import register_model
-from mmlape.utils.checkpoint import (SwinSpec, check_swin_join_compatible,
-                                     fit_swin_state_dict, load_swin_checkpoint)
+from ..checkpoint import SWIN, SwinSpec
 from ..layers.block import Mlp, relative_position_index
-from ..layers.pe_join import PEPlan, PEPlanCache, build_pe_join
+from ..layers.pe_join import LayerPE, PEPlan, build_pe_join
 from ..layers.pos_embed import resize_pos_embed
-from .pretrained import PretrainedBackbone, parse_out_indices
+from .base import LaPEBackbone, parse_out_indices
 
 __all__ = ['LaPESwin', 'SwinBlock', 'WindowAttention', 'PatchMerging']
 
@@ -187,11 +185,13 @@ class WindowAttention(nn.Module):
 class SwinBlock(nn.Module):
     """Swin block with a slot for a layer-wise PE.
 
-    ``x' = x + DP(WMSA(norm1(x) + attn_pos))``,
-    ``y = x' + DP(MLP(norm2(x')))``. ``attn_pos`` (the join's, on the
+    ``x' = x + DP(WMSA(norm1(x) + pe.attn))``,
+    ``y = x' + DP(MLP(norm2(x')))``. ``pe.attn`` (the join's, on the
     block's grid) is added before the window padding, shift and partition,
-    so they apply to it as to the tokens. A join that needs a PE norm
-    attaches it as ``pe_norm``.
+    so they apply to it as to the tokens; the block takes the same PE
+    bundle (:class:`~mmlape.models.layers.pe_join.LayerPE`) as the ViT's,
+    without a logits bias (the window's relative bias is its own). A join
+    that needs a PE norm attaches it as ``pe_norm``.
 
     Args:
         embed_dims (int): Channels.
@@ -225,8 +225,19 @@ class SwinBlock(nn.Module):
 
     def forward(self,
                 x: Tensor,
-                hw: Tuple[int, int],
-                attn_pos: Optional[Tensor] = None) -> Tensor:
+                hw: Optional[Tuple[int, int]] = None,
+                pe: Optional[LayerPE] = None) -> Tensor:
+        """Args:
+            x (Tensor): Tokens ``(B, H*W, C)``.
+            hw (tuple[int, int]): The grid ``(H, W)`` (needed).
+            pe (LayerPE, optional): This layer's PE (``attn`` only).
+        """
+        if hw is None:
+            raise ValueError('a Swin block needs the patch grid hw')
+        attn_pos, attn_bias = (None, None) if pe is None else pe
+        if attn_bias is not None:
+            raise ValueError('a Swin block takes no PE logits bias (its '
+                             'window relative bias is its own)')
         h = self.norm1(x)
         if attn_pos is not None:
             h = h.add_(attn_pos)  # LayerNorm's backward keeps its input
@@ -308,7 +319,7 @@ class SwinPatchEmbed(nn.Module):
 
 
 @register_model()
-class LaPESwin(PretrainedBackbone):
+class LaPESwin(LaPEBackbone):
     """Swin Transformer whose absolute-PE join comes from config.
 
     The default join is Swin with an absolute PE at stage 1 (mmpretrain's
@@ -372,8 +383,7 @@ class LaPESwin(PretrainedBackbone):
         'test-tiny':
         dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
     }
-    #: How many patch grids keep a cached PE plan in eval mode.
-    plan_cache_size: int = 8
+    checkpoint_family = SWIN
 
     def __init__(self,
                  arch: Union[str, Dict] = 'tiny',
@@ -393,7 +403,7 @@ class LaPESwin(PretrainedBackbone):
                  with_cp: bool = False,
                  cache_pe_plan: bool = True,
                  init_cfg: Optional[Dict] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
         settings = self._parse_arch(arch)
         self.embed_dims = settings['embed_dims']
         self.depths = list(settings['depths'])
@@ -419,8 +429,6 @@ class LaPESwin(PretrainedBackbone):
         self.window_size = window_size
         self.interpolate_mode = interpolate_mode
         self.with_cp = with_cp
-        self.cache_pe_plan = cache_pe_plan
-        self._plan_cache = PEPlanCache(self.plan_cache_size)
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
 
@@ -481,7 +489,6 @@ class LaPESwin(PretrainedBackbone):
             self.add_module(f'norm{s}',
                             build_norm_layer(norm_cfg, self.stage_dims[s])[1])
         self._init_default_weights()
-        self._register_load_state_dict_pre_hook(self._fit_state_dict)
 
     # ------------------------------------------------------------------
     # construction helpers
@@ -499,19 +506,13 @@ class LaPESwin(PretrainedBackbone):
                              f'length), got {arch!r}')
         return dict(arch)
 
-    def _init_default_weights(self) -> None:
-        """Swin's initialisation: truncated normal (std 0.02) for linear
-        layers, the absolute PE and the relative bias tables; zero biases;
-        ones/zeros for norms; PyTorch's default for the patch convolution."""
+    def _init_special_weights(self) -> None:
+        """Swin's initialisation after the generic pass (see
+        :meth:`_init_default_weights`; PyTorch's default for the patch
+        convolution): truncated normal (std 0.02) for the relative bias
+        tables and the absolute PE."""
         for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, WindowAttention):
+            if isinstance(m, WindowAttention):
                 nn.init.trunc_normal_(m.relative_position_bias_table, std=.02)
         if self.pos_embed is not None:
             nn.init.trunc_normal_(self.pos_embed, std=.02)
@@ -566,20 +567,6 @@ class LaPESwin(PretrainedBackbone):
             pe_norms,
             carry=lambda pe, stage: self.carry_pe(pe, stage, grids))
 
-    def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
-        """The PE plan for a stage-1 grid ``hw``.
-
-        In eval mode with autograd off, plans are cached per grid (see
-        :class:`~mmlape.models.layers.pe_join.PEPlanCache`): the PE, its
-        norms and the carry through the patch mergings run once per grid.
-        """
-        hw = tuple(hw)
-        if (self.cache_pe_plan and not self.training
-                and not torch.is_grad_enabled()):
-            return self._plan_cache.get(hw, self._pe_tensors(),
-                                        lambda: self._build_plan(hw))
-        return self._build_plan(hw)
-
     # ------------------------------------------------------------------
     # forward
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
@@ -591,7 +578,7 @@ class LaPESwin(PretrainedBackbone):
         outs, index = [], 0
         for s, stage in enumerate(self.layers):
             for blk in stage.blocks:
-                args = (x, hw, plan.attn[index])
+                args = (x, hw, plan.layer(index))
                 if self.with_cp and x.requires_grad:
                     x = cp.checkpoint(blk, *args, use_reentrant=False)
                 else:
@@ -638,11 +625,11 @@ class LaPESwin(PretrainedBackbone):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints: the model only describes itself; mmlape.utils.checkpoint
-    # converts, checks and fits
+    # checkpoints: the model only describes itself;
+    # mmlape.models.checkpoint.swin converts, checks and fits
     def checkpoint_spec(self) -> SwinSpec:
         """What this backbone expects of a checkpoint, for
-        :mod:`mmlape.utils.checkpoint`."""
+        :mod:`mmlape.models.checkpoint.swin`."""
         return SwinSpec(
             pos_embed_shape=None
             if self.pos_embed is None else tuple(self.pos_embed.shape),
@@ -654,30 +641,3 @@ class LaPESwin(PretrainedBackbone):
                                  for s, stage in enumerate(self.layers)
                                  for j, blk in enumerate(stage.blocks)
                                  if hasattr(blk, 'pe_norm')))
-
-    def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
-                        **kwargs) -> None:
-        """``load_state_dict`` pre-hook: fit the checkpoint to this model
-        (see :func:`~mmlape.utils.checkpoint.fit_swin_state_dict`)."""
-        for note in fit_swin_state_dict(state_dict, prefix,
-                                        self.checkpoint_spec()):
-            print_log(note, logger='current')
-
-    def check_join_compatible(self, state_dict: Dict) -> None:
-        """Refuse a state dict of another join (see
-        :func:`~mmlape.utils.checkpoint.check_swin_join_compatible`)."""
-        check_swin_join_compatible(state_dict, self.checkpoint_spec())
-
-    def load_pretrained(self,
-                        checkpoint: str,
-                        prefix: Optional[str] = None) -> None:
-        """Load a Swin checkpoint of any known layout (official,
-        mmpretrain, mmlape) into this backbone (see
-        :func:`~mmlape.utils.checkpoint.load_swin_checkpoint`).
-
-        Args:
-            checkpoint (str): Path of the checkpoint.
-            prefix (str, optional): Prefix of the backbone's keys, e.g.
-                ``'backbone.'``. Defaults to None.
-        """
-        load_swin_checkpoint(self, checkpoint, prefix, self.checkpoint_spec())

@@ -12,10 +12,11 @@ References:
 The FFN is a registered part (``ffn=dict(type='MLP' | 'LeFF')``, see
 :mod:`mmlape.models.layers.ffn`).
 
-The block knows nothing about PE joins. It takes two optional inputs that a
-join decides (see :mod:`mmlape.models.layers.pe_join`): ``attn_pos``, added
-to ``norm1(x)`` only (it never enters the residual stream or the MLP), and
-``attn_bias``, added to the attention logits.
+The block knows nothing about PE joins. It takes the per-layer PE bundle
+that a join decides (:class:`~mmlape.models.layers.pe_join.LayerPE`, the
+same for every block type): ``pe.attn``, added to ``norm1(x)`` only (it
+never enters the residual stream or the MLP), and ``pe.bias``, added to the
+attention logits.
 """
 import math
 from typing import Dict, Optional, Sequence, Tuple
@@ -30,6 +31,7 @@ from torch import Tensor
 from mmlape.registry import FFNS
 from .ffn import Mlp
 from .parts import build_part
+from .pe_join import LayerPE
 
 __all__ = ['Attention', 'Mlp', 'TransformerBlock', 'relative_position_index']
 
@@ -176,7 +178,7 @@ class Attention(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm encoder block with a slot for a layer-wise PE.
 
-    ``x' = x + DP(g1 * MSA(norm1(x) + attn_pos))``,
+    ``x' = x + DP(g1 * MSA(norm1(x) + pe.attn, bias=pe.bias))``,
     ``y = x' + DP(g2 * FFN(norm2(x')))``, where ``g1, g2`` are layer-scale
     vectors when enabled. With ``norm2_in_residual`` (ViT-Lite, CCT)
     ``y = norm2(x') + DP(FFN(norm2(x')))``. A join that needs a per-layer
@@ -209,8 +211,10 @@ class TransformerBlock(nn.Module):
             Compact-Transformers). Defaults to False.
 
     Example:
+        >>> from mmlape.models.layers.pe_join import LayerPE
         >>> blk = TransformerBlock(64, 2, 256)
-        >>> blk(torch.randn(2, 17, 64), attn_pos=torch.randn(1, 17, 64)).shape
+        >>> pe = LayerPE(attn=torch.randn(1, 17, 64))
+        >>> blk(torch.randn(2, 17, 64), pe=pe).shape
         torch.Size([2, 17, 64])
     """
 
@@ -260,16 +264,16 @@ class TransformerBlock(nn.Module):
 
     def forward(self,
                 x: Tensor,
-                attn_pos: Optional[Tensor] = None,
-                attn_bias: Optional[Tensor] = None,
-                hw: Optional[Tuple[int, int]] = None) -> Tensor:
+                hw: Optional[Tuple[int, int]] = None,
+                pe: Optional[LayerPE] = None) -> Tensor:
         """Args:
             x (Tensor): Tokens ``(B, N, C)``.
-            attn_pos (Tensor, optional): ``(1, N, C)``, added to
-                ``norm1(x)`` only.
-            attn_bias (Tensor, optional): ``(1, heads, N, N)`` logits bias.
             hw (tuple, optional): Patch grid, for window attention.
+            pe (LayerPE, optional): This layer's PE: ``attn``
+                ``(1, N, C)``, added to ``norm1(x)`` only; ``bias``
+                ``(1, heads, N, N)``, added to the logits.
         """
+        attn_pos, attn_bias = (None, None) if pe is None else pe
         h = self.norm1(x)
         if attn_pos is not None:
             # In place: LayerNorm's backward needs its input, not its
