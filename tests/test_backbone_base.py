@@ -19,8 +19,8 @@ import torch
 import torch.nn as nn
 
 from mmlape.models import LaPESwin, LaPEViT, LaPEViTAdapter
-from mmlape.models.backbones.swin import SwinBlock
 from mmlape.models.layers import LayerPE, TransformerBlock
+from mmlape.models.layers.block import SwinBlock
 
 
 @pytest.fixture(autouse=True, scope='module')

@@ -1,4 +1,4 @@
-from .block import Attention, Mlp, TransformerBlock
+from .block import Attention, Mlp, SwinBlock, TransformerBlock, WindowAttention
 from .ffn import LeFF
 from .parts import build_part, part_names
 from .pe_join import (BasePEJoin, DefaultJoin, LaPEJoin, LayerPE, MPVGJoin,
@@ -11,11 +11,11 @@ from .tokenizers import ConvTokenizer, I2TTokenizer, PatchEmbed, T2TTokenizer
 from .weight_init import init_generic_weights
 
 __all__ = [
-    'Attention', 'Mlp', 'TransformerBlock', 'BasePEJoin', 'DefaultJoin',
-    'LaPEJoin', 'LayerPE', 'MPVGJoin', 'PEPlan', 'PEPlanCache', 'PVGJoin',
-    'ShareJoin', 'UnshareJoin', 'build_pe_join', 'pe_join_names', 'PE_TYPES',
-    'build_1d_sincos', 'build_2d_sincos', 'resize_pos_embed', 'LeFF',
-    'build_part', 'part_names', 'BasePooling', 'ClsTokenPool', 'GAPPool',
-    'LCAPool', 'SeqPool', 'ConvTokenizer', 'I2TTokenizer', 'PatchEmbed',
-    'T2TTokenizer', 'init_generic_weights'
+    'Attention', 'Mlp', 'TransformerBlock', 'SwinBlock', 'WindowAttention',
+    'BasePEJoin', 'DefaultJoin', 'LaPEJoin', 'LayerPE', 'MPVGJoin', 'PEPlan',
+    'PEPlanCache', 'PVGJoin', 'ShareJoin', 'UnshareJoin', 'build_pe_join',
+    'pe_join_names', 'PE_TYPES', 'build_1d_sincos', 'build_2d_sincos',
+    'resize_pos_embed', 'LeFF', 'build_part', 'part_names', 'BasePooling',
+    'ClsTokenPool', 'GAPPool', 'LCAPool', 'SeqPool', 'ConvTokenizer',
+    'I2TTokenizer', 'PatchEmbed', 'T2TTokenizer', 'init_generic_weights'
 ]
