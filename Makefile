@@ -20,6 +20,7 @@ lint:
 	$(PYTHON) -m flake8 mmlape tools tests configs benchmarks scripts setup.py
 	$(PYTHON) -m isort --check-only --diff mmlape tools tests configs benchmarks scripts setup.py
 	$(PYTHON) -m yapf --diff --recursive mmlape tools tests configs benchmarks scripts setup.py
+	lint-imports
 
 format:
 	$(PYTHON) -m isort mmlape tools tests configs benchmarks scripts setup.py

@@ -17,8 +17,8 @@ from mmengine.registry import DefaultScope
 
 from mmlape.apis.launch import check_checkpoint_fits
 from mmlape.models import LaPEViT, LaPEViTAdapter
-from mmlape.utils.checkpoint import (Layout, convert_layout, detect_layout,
-                                     select_backbone)
+from mmlape.models.checkpoint import (Layout, convert_layout, detect_layout,
+                                      select_backbone)
 
 sys.path.insert(0, 'tools/convert')
 import vit_to_mmlape

@@ -6,8 +6,8 @@ import torch
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT
-from mmlape.utils.convert import (convert_backbone, convert_checkpoint,
-                                  convert_mmpretrain_vit, detect_format)
+from mmlape.models.checkpoint import (convert_backbone, convert_checkpoint,
+                                      convert_mmpretrain_vit, detect_format)
 
 sys.path.insert(0, 'tools/convert')
 import vit_to_mmlape

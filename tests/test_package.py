@@ -1,5 +1,6 @@
 """The package as others build on it: import side effects, safe loading on
-and off, the mmlape scope, things defined once, docs/methods.md."""
+and off, the mmlape scope, things defined once, docs/methods.md. (The
+architecture: tests/test_architecture.py.)"""
 import glob
 import importlib
 import os.path as osp
@@ -288,28 +289,6 @@ def test_ci_runs_the_docstring_examples():
     ]
     assert '-m pytest --doctest-modules mmlape' in lines[-1]
     assert '-m pytest' in lines[-2] and '--doctest' not in lines[-2]
-
-
-@pytest.mark.parametrize('name', ['LaPEViT', 'LaPEViTAdapter', 'LaPESwin'])
-def test_backbones_leave_checkpoints_to_the_checkpoint_module(name):
-    """The backbones describe themselves (``checkpoint_spec``); reading,
-    converting, checking and fitting a checkpoint happen in
-    ``mmlape.utils.checkpoint``, whose functions their hooks call."""
-    import inspect
-
-    import mmlape.models.backbones as backbones
-    cls = getattr(backbones, name)
-    source = inspect.getsource(inspect.getmodule(cls))
-    for word in ('CheckpointLoader', 'torch.load', 'unwrap_state_dict',
-                 'state_dict.items()', 'relative_position_bias_table\''):
-        assert word not in source, (name, word)
-    for method in ('_fit_state_dict', 'load_pretrained',
-                   'check_join_compatible'):
-        if not hasattr(cls, method):
-            continue
-        # a docstring and a call
-        body = inspect.getsource(getattr(cls, method))
-        assert len(body.splitlines()) <= 25, (name, method)
 
 
 def test_test_modules_do_not_redefine_the_shared_helpers():

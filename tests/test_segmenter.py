@@ -4,7 +4,7 @@ import torch
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT
-from mmlape.utils.convert import convert_checkpoint, detect_format
+from mmlape.models.checkpoint import convert_checkpoint, detect_format
 
 
 def mmseg_vit(**kwargs):

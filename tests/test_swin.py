@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
-from mmlape.utils.convert import (convert_swin_backbone,
-                                  convert_swin_checkpoint, detect_swin_format)
+from mmlape.models.checkpoint import (convert_swin_backbone,
+                                      convert_swin_checkpoint,
+                                      detect_swin_format)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TINY = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])

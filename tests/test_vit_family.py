@@ -16,9 +16,9 @@ from vit_family_reference import (add_join_norms, ceit_layout, compact_layout,
                                   t2t_layout)
 
 from mmlape.models import LaPEViT
-from mmlape.utils.convert import (convert_vit_family,
-                                  convert_vit_family_checkpoint,
-                                  detect_vit_family_format)
+from mmlape.models.checkpoint import (convert_vit_family,
+                                      convert_vit_family_checkpoint,
+                                      detect_vit_family_format)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)

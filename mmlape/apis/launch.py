@@ -689,7 +689,7 @@ def check_checkpoint_fits(model: torch.nn.Module,
             or is another model's: names each differing field with both
             values, or lists missing, unexpected and mismatched keys.
     """
-    from mmlape.utils.checkpoint import unwrap_state_dict
+    from mmlape.models.checkpoint import unwrap_state_dict
     from mmlape.utils.safe_load import safe_torch_load
     if not os.path.isfile(filename):
         raise CheckpointError(

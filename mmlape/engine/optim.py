@@ -17,7 +17,7 @@ import torch.nn as nn
 from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
 
-from mmlape.utils.checkpoint import BACKBONE_PREFIX
+from mmlape.models.checkpoint import BACKBONE_PREFIX
 
 __all__ = ['LaPELayerDecayOptimWrapperConstructor']
 

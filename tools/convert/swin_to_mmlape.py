@@ -15,7 +15,7 @@ Example:
 import os.path as osp
 import sys
 
-from mmlape.utils.convert import SWIN_FORMATS, convert_swin_checkpoint
+from mmlape.models.checkpoint import SWIN_FORMATS, convert_swin_checkpoint
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))

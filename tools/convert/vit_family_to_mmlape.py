@@ -16,7 +16,8 @@ Example:
 import os.path as osp
 import sys
 
-from mmlape.utils.convert import FAMILY_FORMATS, convert_vit_family_checkpoint
+from mmlape.models.checkpoint import (FAMILY_FORMATS,
+                                      convert_vit_family_checkpoint)
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))

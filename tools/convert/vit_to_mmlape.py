@@ -4,7 +4,7 @@ Reads official DeiT / LaPE checkpoints (timm names, ``blocks.{i}.pe_norm``,
 ``pos_embed{i}`` for the unshared PE, the relative PE's
 ``blocks.{i}.attn.pe_norm``), distilled DeiTs, official ViT-Adapter
 detection/segmentation checkpoints (their unused PE row), mmpretrain and
-mmseg ViT checkpoints (see :mod:`mmlape.utils.checkpoint`), and writes an
+mmseg ViT checkpoints (see :mod:`mmlape.models.checkpoint`), and writes an
 mmengine-style checkpoint (``state_dict`` with ``backbone.`` keys) that loads
 into an mmlape classifier or detector/segmentor, or into
 ViT-Adapter/Segmenter with
@@ -16,8 +16,8 @@ Example:
 import os.path as osp
 import sys
 
-from mmlape.utils.checkpoint import (FORMATS, convert_checkpoint,
-                                     unwrap_state_dict)
+from mmlape.models.checkpoint import (FORMATS, convert_checkpoint,
+                                      unwrap_state_dict)
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))

@@ -1,5 +1,8 @@
+from .base import LaPEBackbone
 from .swin import LaPESwin
 from .vit import LaPEViT, PatchEmbed
 from .vit_adapter import LaPEViTAdapter
 
-__all__ = ['LaPEViT', 'LaPEViTAdapter', 'PatchEmbed', 'LaPESwin']
+__all__ = [
+    'LaPEBackbone', 'LaPEViT', 'LaPEViTAdapter', 'PatchEmbed', 'LaPESwin'
+]

@@ -16,9 +16,10 @@ plan; the backbone describes its stages to the join and hands it one hook,
 the tokens cross it: through that stage's patch merging (its LayerNorm and
 reduction, shared with the tokens; no new parameters). Inside a layer the PE
 is added to ``norm1(x)`` before the window padding, the cyclic shift and the
-window partition, so all three apply to it exactly as to the tokens.
+window partition, so all three apply to it exactly as to the tokens (the
+block, :class:`~mmlape.models.layers.block.SwinBlock`, lives with the ViT's
+block and takes the same PE bundle).
 """
-import functools
 import math
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -27,211 +28,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmcv.cnn.bricks import DropPath
-from mmengine.logging import print_log
 from torch import Tensor
 
 from mmlape.registry import register_model
-from mmlape.utils.checkpoint import (SwinSpec, check_swin_join_compatible,
-                                     fit_swin_state_dict, load_swin_checkpoint)
-from ..layers.block import Mlp, relative_position_index
-from ..layers.pe_join import PEPlan, PEPlanCache, build_pe_join
+from ..checkpoint import SWIN, SwinSpec
+from ..layers.block import SwinBlock, WindowAttention, pad_grid
+from ..layers.pe_join import PEPlan, build_pe_join
 from ..layers.pos_embed import resize_pos_embed
-from .pretrained import PretrainedBackbone, parse_out_indices
+from .base import LaPEBackbone, parse_out_indices
 
-__all__ = ['LaPESwin', 'SwinBlock', 'WindowAttention', 'PatchMerging']
-
-
-def _pad_grid(x: Tensor, multiple: int) -> Tensor:
-    """Zero-pad a ``(B, H, W, C)`` map at the bottom and right to a
-    multiple of ``multiple``."""
-    h, w = x.shape[1:3]
-    pad_h, pad_w = (-h) % multiple, (-w) % multiple
-    if pad_h or pad_w:
-        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-    return x
-
-
-@functools.lru_cache(maxsize=64)
-def shifted_window_mask(hw: Tuple[int, int],
-                        window: int,
-                        shift: int,
-                        device: Optional[torch.device] = None) -> Tensor:
-    """Logit mask of shifted-window attention, ``(nW, n, n)``.
-
-    After the cyclic shift by ``-shift`` a window at the bottom or right
-    edge holds tokens of up to three regions that are not neighbours in the
-    image (rows ``[0, H - window)``, ``[H - window, H - shift)`` and
-    ``[H - shift, H)``, likewise for columns). Pairs from different regions
-    get -100 (Swin's value), pairs within a region 0.
-
-    Args:
-        hw (tuple[int, int]): Padded grid ``(H, W)``, multiples of
-            ``window``.
-        window (int): Window side.
-        shift (int): Shift, ``0 < shift < window``.
-        device (torch.device, optional): Where the (cached) mask lives.
-            Defaults to None (CPU).
-    """
-    h, w = hw
-
-    def region(size: int) -> Tensor:
-        idx = torch.arange(size)
-        return (idx >= size - window).long() + (idx >= size - shift).long()
-
-    ids = region(h)[:, None] * 3 + region(w)[None, :]  # H, W
-    ids = ids.reshape(h // window, window, w // window, window)
-    ids = ids.permute(0, 2, 1, 3).reshape(-1, window * window)
-    same = ids[:, :, None] == ids[:, None, :]
-    return torch.zeros(same.shape).masked_fill_(~same, -100.).to(device)
-
-
-class WindowAttention(nn.Module):
-    """(Shifted) window self-attention with a relative position bias.
-
-    The map is zero-padded at the bottom and right to whole windows,
-    cyclically shifted by ``-shift`` (shifted blocks), split into windows,
-    attended within each window (logits plus the window's relative bias,
-    plus the shift mask), and put back.
-
-    Args:
-        embed_dims (int): Channels ``C``.
-        num_heads (int): Heads; must divide ``C``.
-        window_size (int): Window side. Defaults to 7.
-        shift (bool): Shift the windows by ``window_size // 2``.
-            Defaults to False.
-        pad_small_map (bool): When the map is no larger than a window, keep
-            the shift and pad (dense tasks); otherwise, as Swin does for
-            classification, a map equal to a window is not shifted and a
-            smaller one is refused. Defaults to False.
-        qkv_bias (bool): Defaults to True.
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 window_size: int = 7,
-                 shift: bool = False,
-                 pad_small_map: bool = False,
-                 qkv_bias: bool = True) -> None:
-        super().__init__()
-        if embed_dims % num_heads:
-            raise ValueError(f'num_heads={num_heads} does not divide '
-                             f'embed_dims={embed_dims}')
-        self.num_heads = num_heads
-        self.window_size = window_size
-        self.shift_size = window_size // 2 if shift else 0
-        self.pad_small_map = pad_small_map
-        self.scale = (embed_dims // num_heads)**-0.5
-        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        self.proj = nn.Linear(embed_dims, embed_dims)
-        self.relative_position_bias_table = nn.Parameter(
-            torch.zeros((2 * window_size - 1)**2, num_heads))
-        self.register_buffer(
-            'relative_position_index',
-            relative_position_index((window_size, window_size)),
-            persistent=False)
-
-    def relative_bias(self) -> Tensor:
-        """The window's relative bias, ``(heads, n, n)``."""
-        n = self.window_size**2
-        bias = self.relative_position_bias_table[
-            self.relative_position_index.reshape(-1)]
-        return bias.reshape(n, n, -1).permute(2, 0, 1)
-
-    def effective_shift(self, hw: Tuple[int, int]) -> int:
-        side = min(hw)
-        if self.pad_small_map or side > self.window_size:
-            return self.shift_size
-        if side == self.window_size:
-            return 0
-        raise ValueError(
-            f'a {hw[0]}x{hw[1]} feature map is smaller than '
-            f'window_size={self.window_size}: set pad_small_map=True (dense '
-            f'tasks), a smaller window_size, or a larger input')
-
-    def forward(self, x: Tensor, hw: Tuple[int, int]) -> Tensor:
-        """Args:
-            x (Tensor): ``(B, H*W, C)``, the normed tokens (plus the PE).
-            hw (tuple[int, int]): ``(H, W)``.
-        """
-        b, n, c = x.shape
-        h, w = hw
-        if n != h * w:
-            raise ValueError(f'{n} tokens do not fill a {h}x{w} grid')
-        ws, shift = self.window_size, self.effective_shift(hw)
-        x = _pad_grid(x.view(b, h, w, c), ws)
-        hp, wp = x.shape[1:3]
-        if shift:
-            x = torch.roll(x, (-shift, -shift), dims=(1, 2))
-        nh, nw = hp // ws, wp // ws
-        x = x.view(b, nh, ws, nw, ws, c).permute(0, 1, 3, 2, 4, 5)
-        x = x.reshape(b, nh * nw, ws * ws, c)
-        heads = self.num_heads
-        qkv = self.qkv(x).reshape(b, nh * nw, ws * ws, 3, heads, c // heads)
-        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # B, nW, h, n, d
-        logits = (q * self.scale) @ k.transpose(-2, -1)
-        bias = self.relative_bias()
-        if shift:
-            mask = shifted_window_mask((hp, wp), ws, shift, x.device)
-            bias = bias + mask.to(bias.dtype)[:, None]
-        out = (logits + bias).softmax(dim=-1) @ v
-        out = self.proj(out.transpose(2, 3).reshape(b, nh * nw, ws * ws, c))
-        out = out.view(b, nh, nw, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
-        out = out.reshape(b, hp, wp, c)
-        if shift:
-            out = torch.roll(out, (shift, shift), dims=(1, 2))
-        return out[:, :h, :w].reshape(b, n, c)
-
-
-class SwinBlock(nn.Module):
-    """Swin block with a slot for a layer-wise PE.
-
-    ``x' = x + DP(WMSA(norm1(x) + attn_pos))``,
-    ``y = x' + DP(MLP(norm2(x')))``. ``attn_pos`` (the join's, on the
-    block's grid) is added before the window padding, shift and partition,
-    so they apply to it as to the tokens. A join that needs a PE norm
-    attaches it as ``pe_norm``.
-
-    Args:
-        embed_dims (int): Channels.
-        num_heads (int): Heads.
-        window_size (int): Window side.
-        shift (bool): Shifted windows.
-        mlp_ratio (float): MLP hidden channels / channels. Defaults to 4.
-        drop_path_rate (float): Stochastic depth. Defaults to 0.
-        pad_small_map (bool): See :class:`WindowAttention`.
-        norm_cfg (dict): Norm config. Defaults to LN (eps 1e-5).
-    """
-
-    def __init__(self,
-                 embed_dims: int,
-                 num_heads: int,
-                 window_size: int,
-                 shift: bool,
-                 mlp_ratio: float = 4.,
-                 drop_path_rate: float = 0.,
-                 pad_small_map: bool = False,
-                 norm_cfg: Optional[Dict] = None) -> None:
-        super().__init__()
-        norm_cfg = norm_cfg or dict(type='LN')
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = WindowAttention(embed_dims, num_heads, window_size, shift,
-                                    pad_small_map)
-        self.drop_path = (
-            DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio))
-
-    def forward(self,
-                x: Tensor,
-                hw: Tuple[int, int],
-                attn_pos: Optional[Tensor] = None) -> Tensor:
-        h = self.norm1(x)
-        if attn_pos is not None:
-            h = h.add_(attn_pos)  # LayerNorm's backward keeps its input
-        x = x + self.drop_path(self.attn(h, hw))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+__all__ = ['LaPESwin', 'PatchMerging']
 
 
 class PatchMerging(nn.Module):
@@ -259,7 +65,7 @@ class PatchMerging(nn.Module):
                 hw: Tuple[int, int]) -> Tuple[Tensor, Tuple[int, int]]:
         """``(B, H*W, C)`` to ``(B, ceil(H/2)*ceil(W/2), 2C)``."""
         b, n, c = x.shape
-        x = _pad_grid(x.view(b, hw[0], hw[1], c), 2)
+        x = pad_grid(x.view(b, hw[0], hw[1], c), 2)
         h2, w2 = x.shape[1] // 2, x.shape[2] // 2
         # (B, h2, dy, w2, dx, C) -> (B, h2, w2, dx, dy, C): dy varies fastest
         # among the four neighbours, as in the official concatenation.
@@ -308,7 +114,7 @@ class SwinPatchEmbed(nn.Module):
 
 
 @register_model()
-class LaPESwin(PretrainedBackbone):
+class LaPESwin(LaPEBackbone):
     """Swin Transformer whose absolute-PE join comes from config.
 
     The default join is Swin with an absolute PE at stage 1 (mmpretrain's
@@ -372,8 +178,7 @@ class LaPESwin(PretrainedBackbone):
         'test-tiny':
         dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
     }
-    #: How many patch grids keep a cached PE plan in eval mode.
-    plan_cache_size: int = 8
+    checkpoint_family = SWIN
 
     def __init__(self,
                  arch: Union[str, Dict] = 'tiny',
@@ -393,7 +198,7 @@ class LaPESwin(PretrainedBackbone):
                  with_cp: bool = False,
                  cache_pe_plan: bool = True,
                  init_cfg: Optional[Dict] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
         settings = self._parse_arch(arch)
         self.embed_dims = settings['embed_dims']
         self.depths = list(settings['depths'])
@@ -419,8 +224,6 @@ class LaPESwin(PretrainedBackbone):
         self.window_size = window_size
         self.interpolate_mode = interpolate_mode
         self.with_cp = with_cp
-        self.cache_pe_plan = cache_pe_plan
-        self._plan_cache = PEPlanCache(self.plan_cache_size)
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
 
@@ -481,7 +284,6 @@ class LaPESwin(PretrainedBackbone):
             self.add_module(f'norm{s}',
                             build_norm_layer(norm_cfg, self.stage_dims[s])[1])
         self._init_default_weights()
-        self._register_load_state_dict_pre_hook(self._fit_state_dict)
 
     # ------------------------------------------------------------------
     # construction helpers
@@ -499,19 +301,13 @@ class LaPESwin(PretrainedBackbone):
                              f'length), got {arch!r}')
         return dict(arch)
 
-    def _init_default_weights(self) -> None:
-        """Swin's initialisation: truncated normal (std 0.02) for linear
-        layers, the absolute PE and the relative bias tables; zero biases;
-        ones/zeros for norms; PyTorch's default for the patch convolution."""
+    def _init_special_weights(self) -> None:
+        """Swin's initialisation after the generic pass (see
+        :meth:`_init_default_weights`; PyTorch's default for the patch
+        convolution): truncated normal (std 0.02) for the relative bias
+        tables and the absolute PE."""
         for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, WindowAttention):
+            if isinstance(m, WindowAttention):
                 nn.init.trunc_normal_(m.relative_position_bias_table, std=.02)
         if self.pos_embed is not None:
             nn.init.trunc_normal_(self.pos_embed, std=.02)
@@ -566,20 +362,6 @@ class LaPESwin(PretrainedBackbone):
             pe_norms,
             carry=lambda pe, stage: self.carry_pe(pe, stage, grids))
 
-    def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
-        """The PE plan for a stage-1 grid ``hw``.
-
-        In eval mode with autograd off, plans are cached per grid (see
-        :class:`~mmlape.models.layers.pe_join.PEPlanCache`): the PE, its
-        norms and the carry through the patch mergings run once per grid.
-        """
-        hw = tuple(hw)
-        if (self.cache_pe_plan and not self.training
-                and not torch.is_grad_enabled()):
-            return self._plan_cache.get(hw, self._pe_tensors(),
-                                        lambda: self._build_plan(hw))
-        return self._build_plan(hw)
-
     # ------------------------------------------------------------------
     # forward
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
@@ -591,7 +373,7 @@ class LaPESwin(PretrainedBackbone):
         outs, index = [], 0
         for s, stage in enumerate(self.layers):
             for blk in stage.blocks:
-                args = (x, hw, plan.attn[index])
+                args = (x, hw, plan.layer(index))
                 if self.with_cp and x.requires_grad:
                     x = cp.checkpoint(blk, *args, use_reentrant=False)
                 else:
@@ -638,11 +420,11 @@ class LaPESwin(PretrainedBackbone):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints: the model only describes itself; mmlape.utils.checkpoint
-    # converts, checks and fits
+    # checkpoints: the model only describes itself;
+    # mmlape.models.checkpoint.swin converts, checks and fits
     def checkpoint_spec(self) -> SwinSpec:
         """What this backbone expects of a checkpoint, for
-        :mod:`mmlape.utils.checkpoint`."""
+        :mod:`mmlape.models.checkpoint.swin`."""
         return SwinSpec(
             pos_embed_shape=None
             if self.pos_embed is None else tuple(self.pos_embed.shape),
@@ -654,30 +436,3 @@ class LaPESwin(PretrainedBackbone):
                                  for s, stage in enumerate(self.layers)
                                  for j, blk in enumerate(stage.blocks)
                                  if hasattr(blk, 'pe_norm')))
-
-    def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
-                        **kwargs) -> None:
-        """``load_state_dict`` pre-hook: fit the checkpoint to this model
-        (see :func:`~mmlape.utils.checkpoint.fit_swin_state_dict`)."""
-        for note in fit_swin_state_dict(state_dict, prefix,
-                                        self.checkpoint_spec()):
-            print_log(note, logger='current')
-
-    def check_join_compatible(self, state_dict: Dict) -> None:
-        """Refuse a state dict of another join (see
-        :func:`~mmlape.utils.checkpoint.check_swin_join_compatible`)."""
-        check_swin_join_compatible(state_dict, self.checkpoint_spec())
-
-    def load_pretrained(self,
-                        checkpoint: str,
-                        prefix: Optional[str] = None) -> None:
-        """Load a Swin checkpoint of any known layout (official,
-        mmpretrain, mmlape) into this backbone (see
-        :func:`~mmlape.utils.checkpoint.load_swin_checkpoint`).
-
-        Args:
-            checkpoint (str): Path of the checkpoint.
-            prefix (str, optional): Prefix of the backbone's keys, e.g.
-                ``'backbone.'``. Defaults to None.
-        """
-        load_swin_checkpoint(self, checkpoint, prefix, self.checkpoint_spec())

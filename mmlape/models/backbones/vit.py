@@ -17,19 +17,16 @@ ViT-Lite and CCT are this backbone with other parts: a tokenizer
 (:mod:`~mmlape.models.layers.pooling`), each chosen by config. The only loop
 over encoder blocks is :meth:`LaPEViT.forward_blocks`.
 """
-from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
-from mmengine.logging import print_log
 from torch import Tensor
 
 from mmlape.registry import PE_JOINS, POOLINGS, TOKENIZERS, register_model
-from mmlape.utils.checkpoint import (BackboneSpec, fit_state_dict,
-                                     load_backbone_checkpoint)
+from ..checkpoint import VIT, ViTSpec
 from ..layers.block import TransformerBlock
 from ..layers.parts import build_part, part_class
 from ..layers.pe_join import PEPlan, build_pe_join
@@ -37,7 +34,7 @@ from ..layers.pooling import ClsTokenPool
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed
-from .pretrained import PretrainedBackbone, parse_out_indices
+from .base import LaPEBackbone, parse_out_indices
 
 __all__ = ['LaPEViT', 'PatchEmbed']
 
@@ -80,7 +77,7 @@ def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
 
 
 @register_model()
-class LaPEViT(PretrainedBackbone):
+class LaPEViT(LaPEBackbone):
     """Vision Transformer whose position embedding join comes from config.
 
     Arguments left at None take the arch's value (see ``arch_zoo``), else
@@ -260,11 +257,7 @@ class LaPEViT(PretrainedBackbone):
             feedforward_channels=256),
     }
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
-    #: Keys that a ViT checkpoint cannot have (modules a subclass adds);
-    #: they are summarised, not warned about, when a checkpoint loads.
-    new_key_pattern: Optional[str] = None
-    #: How many patch grids keep a cached PE plan in eval mode.
-    plan_cache_size: int = 8
+    checkpoint_family = VIT
 
     def __init__(self,
                  arch: Union[str, Dict] = 'deit-tiny',
@@ -293,7 +286,7 @@ class LaPEViT(PretrainedBackbone):
                  ffn: Union[None, str, Dict] = None,
                  pooling: Union[None, str, Dict] = None,
                  init_cfg: Optional[Dict] = None) -> None:
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
         self.arch_settings = arch = self._parse_arch(arch)
 
         def pick(name, value, default):
@@ -325,8 +318,6 @@ class LaPEViT(PretrainedBackbone):
         self.interpolate_mode = interpolate_mode
         self.frozen_stages = frozen_stages
         self.with_cp = with_cp
-        self.cache_pe_plan = cache_pe_plan
-        self._plan_cache: OrderedDict = OrderedDict()
         norm_cfg = pick('norm_cfg', norm_cfg, _LN6)
         qkv_bias = pick('qkv_bias', qkv_bias, defaults['qkv_bias'])
         self.pos_embed_std = arch.get('pos_embed_std', .02)
@@ -424,7 +415,6 @@ class LaPEViT(PretrainedBackbone):
         if final_norm:
             self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         self._init_default_weights()
-        self._register_load_state_dict_pre_hook(self._fit_state_dict)
         self._freeze_stages()
 
     # ------------------------------------------------------------------
@@ -513,22 +503,13 @@ class LaPEViT(PretrainedBackbone):
                              f'{self.num_layers} layers')
         return value
 
-    def _init_default_weights(self) -> None:
-        """Generic first, specialised last: truncated normal (std 0.02) for
-        linear layers, ones/zeros for LayerNorms, the arch's truncated
-        normal for PE and class token (DeiT: 0.02; Compact-Transformers: PE
-        0.2, class token zero); then every part's own
-        ``init_part_weights`` (e.g. Kaiming-normal tokenizer convolutions,
-        the Performer's orthogonal features, LCA's zero layer
+    def _init_special_weights(self) -> None:
+        """After the generic pass (see :meth:`_init_default_weights`): the
+        arch's truncated normal for PE and class token (DeiT: 0.02;
+        Compact-Transformers: PE 0.2, class token zero); then every part's
+        own ``init_part_weights`` (e.g. Kaiming-normal tokenizer
+        convolutions, the Performer's orthogonal features, LCA's zero layer
         embedding)."""
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
         if isinstance(self.pos_embed, nn.Parameter):
             nn.init.trunc_normal_(self.pos_embed, std=self.pos_embed_std)
         if self.with_cls_token:
@@ -566,29 +547,7 @@ class LaPEViT(PretrainedBackbone):
             mode=self.interpolate_mode,
             num_extra_tokens=self.num_extra_tokens)
 
-    def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
-        """The PE plan for a patch grid ``hw``.
-
-        In eval mode with autograd off, plans are cached per grid (the
-        ``plan_cache_size`` most recent grids, for test sets of many image
-        sizes) and recomputed only when a PE weight changes (in-place
-        updates bump a tensor's version; replacing it changes its storage)
-        or after :meth:`train`. Under ``torch.compile`` the cache is
-        bypassed: its pointer comparison would break the graph, and a
-        compiled graph computes the plan as part of itself.
-        """
-        hw = tuple(hw)
-        use_cache = (
-            self.cache_pe_plan and not self.training
-            and not torch.is_grad_enabled()
-            and not torch.compiler.is_compiling())
-        if use_cache:
-            weights = tuple(
-                (t.data_ptr(), t._version) for t in self._pe_tensors())
-            hit = self._plan_cache.get(hw)
-            if hit is not None and hit[0] == weights:
-                self._plan_cache.move_to_end(hw)
-                return hit[1]
+    def _build_plan(self, hw: Tuple[int, int]) -> PEPlan:
         rel = None
         if self.pe_type == 'relative':
             if hw != self.grid_size:
@@ -597,15 +556,9 @@ class LaPEViT(PretrainedBackbone):
                     f' patch grid only; got an input grid of {hw}')
             rel = [blk.attn.relative_bias() for blk in self.blocks]
         pe_norms = [getattr(blk, 'pe_norm', None) for blk in self.blocks]
-        plan = self.pe_join.plan(self.resized_pos_embed(hw), rel, pe_norms)
-        if use_cache:
-            self._plan_cache[hw] = (weights, plan)
-            if len(self._plan_cache) > self.plan_cache_size:
-                self._plan_cache.popitem(last=False)
-        return plan
+        return self.pe_join.plan(self.resized_pos_embed(hw), rel, pe_norms)
 
     def train(self, mode: bool = True) -> 'LaPEViT':
-        self._plan_cache.clear()
         super().train(mode)
         self._freeze_stages()
         return self
@@ -646,7 +599,7 @@ class LaPEViT(PretrainedBackbone):
             if plan.residual[i] is not None:
                 x = x + plan.residual[i]
             blk = self.blocks[i]
-            args = (x, plan.attn[i], plan.bias[i], hw)
+            args = (x, hw, plan.layer(i))
             if self.with_cp and x.requires_grad:
                 x = cp.checkpoint(blk, *args, use_reentrant=False)
             else:
@@ -748,12 +701,12 @@ class LaPEViT(PretrainedBackbone):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints (the logic lives in mmlape.utils.checkpoint)
-    def checkpoint_spec(self) -> BackboneSpec:
+    # checkpoints (the logic lives in mmlape.models.checkpoint.vit)
+    def checkpoint_spec(self) -> ViTSpec:
         """What this backbone expects of a checkpoint (PE shape, extra
-        tokens, grid, join), for :mod:`mmlape.utils.checkpoint`."""
+        tokens, grid, join), for :mod:`mmlape.models.checkpoint.vit`."""
         pe = self.pos_embed
-        return BackboneSpec(
+        return ViTSpec(
             pos_embed_shape=tuple(pe.shape)
             if isinstance(pe, nn.Parameter) else None,
             num_extra_tokens=self.num_extra_tokens,
@@ -762,25 +715,3 @@ class LaPEViT(PretrainedBackbone):
             join=self.pe_join.name,
             pe_norm_layers=tuple(i for i, blk in enumerate(self.blocks)
                                  if hasattr(blk, 'pe_norm')))
-
-    def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
-                        **kwargs) -> None:
-        """``load_state_dict`` pre-hook: fit the checkpoint's PE to this
-        model (see :func:`~mmlape.utils.checkpoint.fit_state_dict`)."""
-        for note in fit_state_dict(state_dict, prefix, self.checkpoint_spec()):
-            print_log(note, logger='current')
-
-    def load_pretrained(self,
-                        checkpoint: str,
-                        prefix: Optional[str] = None) -> None:
-        """Load a ViT checkpoint of any known layout into this backbone
-        (see :func:`~mmlape.utils.checkpoint.load_backbone_checkpoint`).
-
-        Args:
-            checkpoint (str): Path of the checkpoint.
-            prefix (str, optional): Keep only keys under this prefix and
-                strip it. Defaults to None (a ``backbone.`` prefix is then
-                detected).
-        """
-        load_backbone_checkpoint(self, checkpoint, prefix,
-                                 self.checkpoint_spec(), self.new_key_pattern)

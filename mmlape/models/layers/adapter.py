@@ -6,7 +6,6 @@ References:
     deformable-attention semantics: no residual or dropout inside the
     attention, ``deform_ratio`` as the value-projection ratio).
 """
-import math
 from typing import List, Sequence, Tuple
 
 import torch
@@ -16,6 +15,8 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmcv.ops import MultiScaleDeformableAttention
 from torch import Tensor
+
+from .weight_init import init_generic_weights
 
 __all__ = [
     'DeformAttn', 'ConvFFN', 'Injector', 'Extractor', 'InteractionBlock',
@@ -303,9 +304,6 @@ class SpatialPriorModule(nn.Module):
         return c1, c2, c3, c4
 
 
-_NORMS = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.GroupNorm)
-
-
 def reset_deformable_attention(module: nn.Module) -> None:
     """Give every :class:`DeformAttn` under ``module`` its own starting
     values: sampling-offset weights zero and biases on the per-head
@@ -324,27 +322,14 @@ def init_adapter_weights(module: nn.Module) -> None:
     Generic first, specialised last, in the official order: a generic pass
     over every layer (linear layers truncated normal, std 0.02, zero bias;
     convolutions normal with std ``sqrt(2 / fan_out)``, zero bias; norms
-    ones and zeros), then :func:`reset_deformable_attention`, whose values
-    the generic pass would otherwise overwrite (the linear layers of a
-    deformable attention are its children).
+    ones and zeros: :func:`~.weight_init.init_generic_weights`), then
+    :func:`reset_deformable_attention`, whose values the generic pass would
+    otherwise overwrite (the linear layers of a deformable attention are
+    its children).
 
     Args:
         module (nn.Module): The adapter module to initialise (spatial prior
             module, interactions, up-sampling, output norms).
     """
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
-            fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
-            fan_out //= m.groups
-            nn.init.normal_(m.weight, 0, math.sqrt(2.0 / fan_out))
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, _NORMS):
-            if m.weight is not None:
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+    init_generic_weights(module, conv_fan_out=True)
     reset_deformable_attention(module)

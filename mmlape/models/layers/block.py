@@ -1,22 +1,27 @@
-"""The pre-norm Transformer encoder block every mmlape backbone uses.
+"""The encoder blocks of mmlape's backbones: the pre-norm ViT block and
+Swin's (shifted) window block.
 
 References:
     ViT (Dosovitskiy et al., 2021) and DeiT (Touvron et al., 2021) for the
     block; LaPE (Yu et al., ICCV 2023) for the position embedding added to
     the attention input after ``norm1``; ViT-Adapter (Chen et al., 2022) for
     layer scale and zero-padded window attention; Swin (Liu et al., 2021)
-    for the 2D relative position bias table; Compact-Transformers (Hassani
-    et al., 2021) for the encoder layer of ViT-Lite/CCT, whose FFN residual
-    starts from the normalised stream.
+    and its official code for the 2D relative position bias table, the
+    shifted windows and their mask (mmpretrain's ``SwinTransformer`` for
+    the zero-padding of windows); Compact-Transformers (Hassani et al.,
+    2021) for the encoder layer of ViT-Lite/CCT, whose FFN residual starts
+    from the normalised stream.
 
 The FFN is a registered part (``ffn=dict(type='MLP' | 'LeFF')``, see
 :mod:`mmlape.models.layers.ffn`).
 
-The block knows nothing about PE joins. It takes two optional inputs that a
-join decides (see :mod:`mmlape.models.layers.pe_join`): ``attn_pos``, added
-to ``norm1(x)`` only (it never enters the residual stream or the MLP), and
-``attn_bias``, added to the attention logits.
+The block knows nothing about PE joins. It takes the per-layer PE bundle
+that a join decides (:class:`~mmlape.models.layers.pe_join.LayerPE`, the
+same for every block type): ``pe.attn``, added to ``norm1(x)`` only (it
+never enters the residual stream or the MLP), and ``pe.bias``, added to the
+attention logits.
 """
+import functools
 import math
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -30,8 +35,12 @@ from torch import Tensor
 from mmlape.registry import FFNS
 from .ffn import Mlp
 from .parts import build_part
+from .pe_join import LayerPE
 
-__all__ = ['Attention', 'Mlp', 'TransformerBlock', 'relative_position_index']
+__all__ = [
+    'Attention', 'Mlp', 'TransformerBlock', 'relative_position_index',
+    'WindowAttention', 'SwinBlock', 'shifted_window_mask', 'pad_grid'
+]
 
 
 def relative_position_index(grid_hw: Sequence[int]) -> Tensor:
@@ -176,7 +185,7 @@ class Attention(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm encoder block with a slot for a layer-wise PE.
 
-    ``x' = x + DP(g1 * MSA(norm1(x) + attn_pos))``,
+    ``x' = x + DP(g1 * MSA(norm1(x) + pe.attn, bias=pe.bias))``,
     ``y = x' + DP(g2 * FFN(norm2(x')))``, where ``g1, g2`` are layer-scale
     vectors when enabled. With ``norm2_in_residual`` (ViT-Lite, CCT)
     ``y = norm2(x') + DP(FFN(norm2(x')))``. A join that needs a per-layer
@@ -209,8 +218,10 @@ class TransformerBlock(nn.Module):
             Compact-Transformers). Defaults to False.
 
     Example:
+        >>> from mmlape.models.layers.pe_join import LayerPE
         >>> blk = TransformerBlock(64, 2, 256)
-        >>> blk(torch.randn(2, 17, 64), attn_pos=torch.randn(1, 17, 64)).shape
+        >>> pe = LayerPE(attn=torch.randn(1, 17, 64))
+        >>> blk(torch.randn(2, 17, 64), pe=pe).shape
         torch.Size([2, 17, 64])
     """
 
@@ -260,16 +271,16 @@ class TransformerBlock(nn.Module):
 
     def forward(self,
                 x: Tensor,
-                attn_pos: Optional[Tensor] = None,
-                attn_bias: Optional[Tensor] = None,
-                hw: Optional[Tuple[int, int]] = None) -> Tensor:
+                hw: Optional[Tuple[int, int]] = None,
+                pe: Optional[LayerPE] = None) -> Tensor:
         """Args:
             x (Tensor): Tokens ``(B, N, C)``.
-            attn_pos (Tensor, optional): ``(1, N, C)``, added to
-                ``norm1(x)`` only.
-            attn_bias (Tensor, optional): ``(1, heads, N, N)`` logits bias.
             hw (tuple, optional): Patch grid, for window attention.
+            pe (LayerPE, optional): This layer's PE: ``attn``
+                ``(1, N, C)``, added to ``norm1(x)`` only; ``bias``
+                ``(1, heads, N, N)``, added to the logits.
         """
+        attn_pos, attn_bias = (None, None) if pe is None else pe
         h = self.norm1(x)
         if attn_pos is not None:
             # In place: LayerNorm's backward needs its input, not its
@@ -287,3 +298,210 @@ class TransformerBlock(nn.Module):
         if self.layer_scale:
             h = self.gamma2 * h
         return x + self.drop_path(h)
+
+
+# ----------------------------------------------------------------------
+# Swin
+def pad_grid(x: Tensor, multiple: int) -> Tensor:
+    """Zero-pad a ``(B, H, W, C)`` map at the bottom and right to a
+    multiple of ``multiple``."""
+    h, w = x.shape[1:3]
+    pad_h, pad_w = (-h) % multiple, (-w) % multiple
+    if pad_h or pad_w:
+        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+    return x
+
+
+@functools.lru_cache(maxsize=64)
+def shifted_window_mask(hw: Tuple[int, int],
+                        window: int,
+                        shift: int,
+                        device: Optional[torch.device] = None) -> Tensor:
+    """Logit mask of shifted-window attention, ``(nW, n, n)``.
+
+    After the cyclic shift by ``-shift`` a window at the bottom or right
+    edge holds tokens of up to three regions that are not neighbours in the
+    image (rows ``[0, H - window)``, ``[H - window, H - shift)`` and
+    ``[H - shift, H)``, likewise for columns). Pairs from different regions
+    get -100 (Swin's value), pairs within a region 0.
+
+    Args:
+        hw (tuple[int, int]): Padded grid ``(H, W)``, multiples of
+            ``window``.
+        window (int): Window side.
+        shift (int): Shift, ``0 < shift < window``.
+        device (torch.device, optional): Where the (cached) mask lives.
+            Defaults to None (CPU).
+    """
+    h, w = hw
+
+    def region(size: int) -> Tensor:
+        idx = torch.arange(size)
+        return (idx >= size - window).long() + (idx >= size - shift).long()
+
+    ids = region(h)[:, None] * 3 + region(w)[None, :]  # H, W
+    ids = ids.reshape(h // window, window, w // window, window)
+    ids = ids.permute(0, 2, 1, 3).reshape(-1, window * window)
+    same = ids[:, :, None] == ids[:, None, :]
+    return torch.zeros(same.shape).masked_fill_(~same, -100.).to(device)
+
+
+class WindowAttention(nn.Module):
+    """(Shifted) window self-attention with a relative position bias.
+
+    The map is zero-padded at the bottom and right to whole windows,
+    cyclically shifted by ``-shift`` (shifted blocks), split into windows,
+    attended within each window (logits plus the window's relative bias,
+    plus the shift mask), and put back.
+
+    Args:
+        embed_dims (int): Channels ``C``.
+        num_heads (int): Heads; must divide ``C``.
+        window_size (int): Window side. Defaults to 7.
+        shift (bool): Shift the windows by ``window_size // 2``.
+            Defaults to False.
+        pad_small_map (bool): When the map is no larger than a window, keep
+            the shift and pad (dense tasks); otherwise, as Swin does for
+            classification, a map equal to a window is not shifted and a
+            smaller one is refused. Defaults to False.
+        qkv_bias (bool): Defaults to True.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 window_size: int = 7,
+                 shift: bool = False,
+                 pad_small_map: bool = False,
+                 qkv_bias: bool = True) -> None:
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'num_heads={num_heads} does not divide '
+                             f'embed_dims={embed_dims}')
+        self.num_heads = num_heads
+        self.window_size = window_size
+        self.shift_size = window_size // 2 if shift else 0
+        self.pad_small_map = pad_small_map
+        self.scale = (embed_dims // num_heads)**-0.5
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * window_size - 1)**2, num_heads))
+        self.register_buffer(
+            'relative_position_index',
+            relative_position_index((window_size, window_size)),
+            persistent=False)
+
+    def relative_bias(self) -> Tensor:
+        """The window's relative bias, ``(heads, n, n)``."""
+        n = self.window_size**2
+        bias = self.relative_position_bias_table[
+            self.relative_position_index.reshape(-1)]
+        return bias.reshape(n, n, -1).permute(2, 0, 1)
+
+    def effective_shift(self, hw: Tuple[int, int]) -> int:
+        side = min(hw)
+        if self.pad_small_map or side > self.window_size:
+            return self.shift_size
+        if side == self.window_size:
+            return 0
+        raise ValueError(
+            f'a {hw[0]}x{hw[1]} feature map is smaller than '
+            f'window_size={self.window_size}: set pad_small_map=True (dense '
+            f'tasks), a smaller window_size, or a larger input')
+
+    def forward(self, x: Tensor, hw: Tuple[int, int]) -> Tensor:
+        """Args:
+            x (Tensor): ``(B, H*W, C)``, the normed tokens (plus the PE).
+            hw (tuple[int, int]): ``(H, W)``.
+        """
+        b, n, c = x.shape
+        h, w = hw
+        if n != h * w:
+            raise ValueError(f'{n} tokens do not fill a {h}x{w} grid')
+        ws, shift = self.window_size, self.effective_shift(hw)
+        x = pad_grid(x.view(b, h, w, c), ws)
+        hp, wp = x.shape[1:3]
+        if shift:
+            x = torch.roll(x, (-shift, -shift), dims=(1, 2))
+        nh, nw = hp // ws, wp // ws
+        x = x.view(b, nh, ws, nw, ws, c).permute(0, 1, 3, 2, 4, 5)
+        x = x.reshape(b, nh * nw, ws * ws, c)
+        heads = self.num_heads
+        qkv = self.qkv(x).reshape(b, nh * nw, ws * ws, 3, heads, c // heads)
+        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # B, nW, h, n, d
+        logits = (q * self.scale) @ k.transpose(-2, -1)
+        bias = self.relative_bias()
+        if shift:
+            mask = shifted_window_mask((hp, wp), ws, shift, x.device)
+            bias = bias + mask.to(bias.dtype)[:, None]
+        out = (logits + bias).softmax(dim=-1) @ v
+        out = self.proj(out.transpose(2, 3).reshape(b, nh * nw, ws * ws, c))
+        out = out.view(b, nh, nw, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        out = out.reshape(b, hp, wp, c)
+        if shift:
+            out = torch.roll(out, (shift, shift), dims=(1, 2))
+        return out[:, :h, :w].reshape(b, n, c)
+
+
+class SwinBlock(nn.Module):
+    """Swin block with a slot for a layer-wise PE.
+
+    ``x' = x + DP(WMSA(norm1(x) + pe.attn))``,
+    ``y = x' + DP(MLP(norm2(x')))``. ``pe.attn`` (the join's, on the
+    block's grid) is added before the window padding, shift and partition,
+    so they apply to it as to the tokens; the block takes the same PE
+    bundle (:class:`~mmlape.models.layers.pe_join.LayerPE`) as the ViT's,
+    without a logits bias (the window's relative bias is its own). A join
+    that needs a PE norm attaches it as ``pe_norm``.
+
+    Args:
+        embed_dims (int): Channels.
+        num_heads (int): Heads.
+        window_size (int): Window side.
+        shift (bool): Shifted windows.
+        mlp_ratio (float): MLP hidden channels / channels. Defaults to 4.
+        drop_path_rate (float): Stochastic depth. Defaults to 0.
+        pad_small_map (bool): See :class:`WindowAttention`.
+        norm_cfg (dict): Norm config. Defaults to LN (eps 1e-5).
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 window_size: int,
+                 shift: bool,
+                 mlp_ratio: float = 4.,
+                 drop_path_rate: float = 0.,
+                 pad_small_map: bool = False,
+                 norm_cfg: Optional[Dict] = None) -> None:
+        super().__init__()
+        norm_cfg = norm_cfg or dict(type='LN')
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = WindowAttention(embed_dims, num_heads, window_size, shift,
+                                    pad_small_map)
+        self.drop_path = (
+            DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio))
+
+    def forward(self,
+                x: Tensor,
+                hw: Optional[Tuple[int, int]] = None,
+                pe: Optional[LayerPE] = None) -> Tensor:
+        """Args:
+            x (Tensor): Tokens ``(B, H*W, C)``.
+            hw (tuple[int, int]): The grid ``(H, W)`` (needed).
+            pe (LayerPE, optional): This layer's PE (``attn`` only).
+        """
+        if hw is None:
+            raise ValueError('a Swin block needs the patch grid hw')
+        attn_pos, attn_bias = (None, None) if pe is None else pe
+        if attn_bias is not None:
+            raise ValueError('a Swin block takes no PE logits bias (its '
+                             'window relative bias is its own)')
+        h = self.norm1(x)
+        if attn_pos is not None:
+            h = h.add_(attn_pos)  # LayerNorm's backward keeps its input
+        x = x + self.drop_path(self.attn(h, hw))
+        return x + self.drop_path(self.mlp(self.norm2(x)))

@@ -34,8 +34,8 @@ that layer-wise lr decay, freezing and checkpoint tools that key on
 import inspect
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import (Any, Callable, Dict, Hashable, List, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Callable, Dict, Hashable, List, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
@@ -45,9 +45,9 @@ from mmlape.registry import PE_JOINS
 from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES
 
 __all__ = [
-    'PEPlan', 'PEPlanCache', 'BasePEJoin', 'DefaultJoin', 'ShareJoin',
-    'UnshareJoin', 'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join',
-    'pe_join_names', 'CarryFn'
+    'LayerPE', 'PEPlan', 'PEPlanCache', 'BasePEJoin', 'DefaultJoin',
+    'ShareJoin', 'UnshareJoin', 'LaPEJoin', 'PVGJoin', 'MPVGJoin',
+    'build_pe_join', 'pe_join_names', 'CarryFn'
 ]
 
 #: Arguments a backbone gives a join; a config never sets them.
@@ -57,6 +57,21 @@ CONTEXT_ARGS = ('num_layers', 'embed_dims', 'with_cls_token', 'pe_type',
 #: ``(1, N_{s-1}, C_{s-1})`` on stage ``s - 1``'s grid across the boundary
 #: into stage ``s`` (``(1, N_s, C_s)``), as the tokens cross it.
 CarryFn = Callable[[Tensor, int], Tensor]
+
+
+class LayerPE(NamedTuple):
+    """What one encoder layer receives from a plan: the per-layer PE bundle
+    that every block type (:class:`~mmlape.models.layers.TransformerBlock`,
+    Swin's block) takes as ``blk(x, hw, pe)``.
+
+    Attributes:
+        attn (Tensor, optional): ``(1, N', C)``, added to the attention
+            input ``norm1(x)`` only.
+        bias (Tensor, optional): ``(1, heads, N', N')``, added to the
+            attention logits (relative PE).
+    """
+    attn: Optional[Tensor] = None
+    bias: Optional[Tensor] = None
 
 
 @dataclass
@@ -96,6 +111,11 @@ class PEPlan:
         for name in ('residual', 'attn', 'bias'):
             if not getattr(self, name):
                 setattr(self, name, [None] * self.num_layers)
+
+    def layer(self, index: int) -> LayerPE:
+        """What layer ``index``'s block takes (the residual term is added
+        to the stream before the block, by the backbone's loop)."""
+        return LayerPE(self.attn[index], self.bias[index])
 
 
 class PEPlanCache:

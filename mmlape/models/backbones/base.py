@@ -1,0 +1,189 @@
+"""The one base of mmlape's backbones.
+
+References:
+    mmengine's ``BaseModule`` (``init_cfg``), mmpretrain's backbones for
+    ``out_indices``; timm's ``checkpoint_filter_fn`` for a model that only
+    calls a pure checkpoint filter.
+
+Everything the backbones (:class:`~mmlape.models.backbones.LaPEViT` and the
+backbones built on it, :class:`~mmlape.models.backbones.LaPESwin`) share is
+written here once: the eval-mode PE plan cache
+(:class:`~mmlape.models.layers.pe_join.PEPlanCache`, bypassed under
+``torch.compile``), the checkpoint hooks (the ``load_state_dict`` pre-hook
+that fits a checkpoint, :meth:`LaPEBackbone.load_pretrained` for
+``init_cfg=dict(type='Pretrained', ...)``; the checkpoint family of
+:mod:`mmlape.models.checkpoint` does the work), and the generic
+initialisation. A backbone describes itself: its plan
+(:meth:`LaPEBackbone._build_plan`), the tensors the plan depends on, its
+checkpoint spec and its specialised starting values.
+"""
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from ..checkpoint import CheckpointFamily
+from ..layers.pe_join import PEPlan, PEPlanCache
+from ..layers.weight_init import init_generic_weights
+
+__all__ = ['LaPEBackbone', 'parse_out_indices']
+
+
+def parse_out_indices(out_indices: Union[int, Sequence[int]], count: int,
+                      what: str) -> List[int]:
+    """``out_indices`` (an int or a sequence, negative ones counted from the
+    end) as sorted distinct indices into ``count`` ``what`` (layers,
+    stages); a clear error for none or one outside ``[-count, count)``."""
+    if isinstance(out_indices, int):
+        out_indices = [out_indices]
+    if not out_indices:
+        raise ValueError(f'out_indices must name at least one of the '
+                         f'{count} {what}')
+    parsed = []
+    for idx in out_indices:
+        real = idx + count if idx < 0 else idx
+        if not 0 <= real < count:
+            raise ValueError(f'out_indices contains {idx}, outside '
+                             f'[-{count}, {count})')
+        parsed.append(real)
+    return sorted(set(parsed))
+
+
+class LaPEBackbone(BaseModule):
+    """The base of mmlape's backbones: plan cache, checkpoint hooks,
+    pretrained loading and generic initialisation.
+
+    A subclass sets :attr:`checkpoint_family` and fills in
+    :meth:`_build_plan`, :meth:`_pe_tensors`, :meth:`checkpoint_spec` and
+    :meth:`_init_special_weights`, and calls :meth:`_init_default_weights`
+    once its modules exist.
+
+    Args:
+        cache_pe_plan (bool): In eval mode without autograd, compute the PE
+            plan once per patch grid and reuse it until a weight it depends
+            on changes (see :meth:`pe_plan`). Defaults to True.
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
+            prefix='backbone.')`` loads through :meth:`load_pretrained`;
+            any other config is applied as mmengine does. Defaults to None.
+    """
+    #: The family's checkpoint path (:mod:`mmlape.models.checkpoint`).
+    checkpoint_family: CheckpointFamily
+    #: Keys that a checkpoint of the family cannot have (modules a subclass
+    #: adds); they are summarised, not warned about, when one loads.
+    new_key_pattern: Optional[str] = None
+    #: How many patch grids keep a cached PE plan in eval mode.
+    plan_cache_size: int = 8
+
+    def __init__(self,
+                 cache_pe_plan: bool = True,
+                 init_cfg: Optional[Dict] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        self.cache_pe_plan = cache_pe_plan
+        self._plan_cache = PEPlanCache(self.plan_cache_size)
+        self._register_load_state_dict_pre_hook(self._fit_state_dict)
+
+    # ------------------------------------------------------------------
+    # what a backbone fills in
+    def _build_plan(self, hw: Tuple[int, int]) -> PEPlan:
+        """The PE plan for the patch grid ``hw`` (uncached)."""
+        raise NotImplementedError
+
+    def _pe_tensors(self) -> List[Tensor]:
+        """Every tensor the plan depends on (for cache invalidation)."""
+        raise NotImplementedError
+
+    def checkpoint_spec(self) -> Any:
+        """What this backbone expects of a checkpoint, for its
+        :attr:`checkpoint_family` (PE shape, grid, join, ...)."""
+        raise NotImplementedError
+
+    def _init_special_weights(self) -> None:
+        """The backbone's own starting values, after the generic pass."""
+
+    # ------------------------------------------------------------------
+    # the PE plan
+    def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
+        """The PE plan for a patch grid ``hw``.
+
+        In eval mode with autograd off, plans are cached per grid (the
+        ``plan_cache_size`` most recent grids, for test sets of many image
+        sizes) and rebuilt when a tensor they depend on changes: an in-place
+        update bumps its version, a replaced tensor (a new ``Parameter``, a
+        new ``.data``, ``.to()``) has other storage, whose address the
+        cache keeps from being reused (see
+        :class:`~mmlape.models.layers.pe_join.PEPlanCache`). Writes through
+        ``.data`` bypass PyTorch's version counter, so nothing without a
+        host read can see them; :meth:`train` and ``eval()`` empty the
+        cache, which is what mmengine's loops (and EMA swaps before them)
+        go through. Under ``torch.compile`` the cache is bypassed: its
+        pointer comparison would break the graph, and a compiled graph
+        computes the plan as part of itself.
+        """
+        hw = tuple(hw)
+        if (self.cache_pe_plan and not self.training
+                and not torch.is_grad_enabled()
+                and not torch.compiler.is_compiling()):
+            return self._plan_cache.get(hw, self._pe_tensors(),
+                                        lambda: self._build_plan(hw))
+        return self._build_plan(hw)
+
+    def train(self, mode: bool = True) -> 'LaPEBackbone':
+        self._plan_cache.clear()
+        return super().train(mode)
+
+    # ------------------------------------------------------------------
+    # initialisation
+    def _init_default_weights(self) -> None:
+        """Generic first, specialised last: linear layers truncated normal
+        (std 0.02) with zero bias, norms ones and zeros
+        (:func:`~mmlape.models.layers.weight_init.init_generic_weights`),
+        then :meth:`_init_special_weights`."""
+        init_generic_weights(self)
+        self._init_special_weights()
+
+    def init_weights(self) -> None:
+        """Load ``init_cfg=dict(type='Pretrained', ...)`` through
+        :meth:`load_pretrained` (which converts the layouts users hold and
+        checks the join) instead of mmengine's plain loader; apply any other
+        ``init_cfg`` as mmengine does."""
+        cfg = self.init_cfg
+        if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+            self._is_init = True
+            return
+        super().init_weights()
+
+    # ------------------------------------------------------------------
+    # checkpoints: the family converts, checks and fits
+    def _fit_state_dict(self, state_dict: Dict, prefix: str, *args,
+                        **kwargs) -> None:
+        """``load_state_dict`` pre-hook: fit the checkpoint to this model,
+        whatever the route (``init_cfg``, ``load_from``, resume)."""
+        for note in self.checkpoint_family.fit(state_dict, prefix,
+                                               self.checkpoint_spec()):
+            print_log(note, logger='current')
+
+    def check_join_compatible(self, state_dict: Dict) -> None:
+        """Refuse backbone keys of another PE join (a ValueError naming
+        both)."""
+        self.checkpoint_family.check(state_dict, self.checkpoint_spec())
+
+    def load_pretrained(self,
+                        checkpoint: str,
+                        prefix: Optional[str] = None) -> None:
+        """Load a checkpoint of any layout the family reads into this
+        backbone: read, convert, check the join, load and log what was
+        missing or unexpected (see
+        :meth:`~mmlape.models.checkpoint.CheckpointFamily.load`).
+
+        Args:
+            checkpoint (str): Path of the checkpoint.
+            prefix (str, optional): Keep only keys under this prefix and
+                strip it. Defaults to None (a ``backbone.`` prefix is then
+                detected).
+        """
+        self.checkpoint_family.load(self, checkpoint, prefix,
+                                    self.checkpoint_spec(),
+                                    self.new_key_pattern)

@@ -1,0 +1,404 @@
+"""The checkpoint path every backbone family fills in.
+
+References:
+    timm's ``checkpoint_filter_fn`` (a pure filter beside the model, which
+    the model merely calls) and mmengine's ``CheckpointLoader`` (how a file
+    is read; mmlape makes it safe, see :mod:`mmlape.utils.safe_load`).
+
+A checkpoint reaches an mmlape backbone in the same steps whatever its
+family (:class:`CheckpointFamily`):
+
+1. **read**: the state dict inside the file (``state_dict`` / ``model``, no
+   DDP ``module.`` prefix), and its backbone part (``prefix``);
+2. **detect** and **convert**: name the source layout and rename its keys to
+   mmlape's (:class:`Converted`; a bare model's classifier is kept aside);
+3. **check**: refuse a checkpoint of another PE join;
+4. **fit**: the backbone's ``load_state_dict`` pre-hook fits the PE to the
+   model's grid, so every route (``init_cfg``, ``load_from``, resume) is
+   fitted;
+5. **load** and report what was missing, unexpected or new.
+
+A family (:mod:`.vit`, :mod:`.swin`) fills in detect, convert, check and
+fit; the reading, the whole-checkpoint conversion with its head mapping
+(``tools/convert/*``) and the load with its report are written here once.
+The backbone only describes itself (``checkpoint_spec()``) and names its
+family (see :class:`~mmlape.models.backbones.base.LaPEBackbone`).
+"""
+import math
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from mmengine.logging import print_log
+from torch import Tensor
+
+from ..layers.pos_embed import resize_pos_embed
+
+__all__ = [
+    'BACKBONE_PREFIX', 'Layout', 'Converted', 'CheckpointFamily',
+    'unwrap_state_dict', 'strip_prefix', 'select_backbone', 'rename_keys',
+    'is_square', 'check_pe_width', 'fit_patch_rows', 'load_and_report'
+]
+
+#: The prefix of a backbone's keys in a whole model's state dict (mmengine
+#: classifiers, detectors and segmentors all name their backbone so).
+BACKBONE_PREFIX = 'backbone.'
+
+#: ``(pattern, replacement)`` pairs for :func:`rename_keys`.
+Rules = List[Tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a checkpoint's backbone is laid out.
+
+    Attributes:
+        name (str): The layout, e.g. ``'deit-distilled'``, ``'vit-adapter'``
+            or ``'official'`` (see each family's ``detect_layout``).
+        naming (str): The key naming, one of the family's formats.
+        extra_rows (tuple[str]): What each ``pos_embed`` row before the patch
+            rows holds, in order (``'cls'``, ``'dist'`` or ``'unused'``).
+    """
+    name: str
+    naming: str
+    extra_rows: Tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        rows = ', '.join(self.extra_rows) or 'none'
+        return f'{self.name} layout ({self.naming} names, extra PE rows: ' \
+               f'{rows})'
+
+
+@dataclass
+class Converted:
+    """A backbone state dict in mmlape's names and PE layout.
+
+    Attributes:
+        state_dict (dict): mmlape backbone keys, no prefix.
+        layout (Layout): The layout it came from.
+        notes (list[str]): What the conversion dropped or changed, for the
+            caller's log.
+        head (dict): A bare model's classifier (``weight``, ``bias``), which
+            a whole-checkpoint conversion puts where the ``head`` option
+            says; empty when the source has none.
+    """
+    state_dict: Dict[str, Tensor]
+    layout: Layout
+    notes: List[str] = field(default_factory=list)
+    head: Dict[str, Tensor] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------
+# reading
+def unwrap_state_dict(checkpoint: Mapping) -> Dict[str, Tensor]:
+    """The state dict inside a checkpoint (``state_dict`` or ``model``),
+    without a DDP ``module.`` prefix."""
+    sd = checkpoint
+    for key in ('state_dict', 'model', 'module'):
+        if isinstance(sd, Mapping) and key in sd and isinstance(
+                sd[key], Mapping):
+            sd = sd[key]
+            break
+    return OrderedDict(
+        (k[len('module.'):] if k.startswith('module.') else k, v)
+        for k, v in sd.items())
+
+
+def strip_prefix(state_dict: Mapping, prefix: str) -> Dict[str, Tensor]:
+    """The entries under ``prefix``, with the prefix removed."""
+    return OrderedDict((k[len(prefix):], v) for k, v in state_dict.items()
+                       if k.startswith(prefix))
+
+
+def select_backbone(state_dict: Mapping,
+                    prefix: Optional[str] = None) -> Dict[str, Tensor]:
+    """The backbone part of a state dict.
+
+    Args:
+        state_dict (Mapping): A whole model's or a bare backbone's state.
+        prefix (str, optional): Keep the keys under this prefix, stripped.
+            None takes :data:`BACKBONE_PREFIX` when any key has it and the
+            whole dict otherwise (an official DeiT file is a bare backbone
+            plus its head). Defaults to None.
+
+    Raises:
+        ValueError: An explicit ``prefix`` that no key has.
+    """
+    if prefix is None:
+        if any(k.startswith(BACKBONE_PREFIX) for k in state_dict):
+            return strip_prefix(state_dict, BACKBONE_PREFIX)
+        return OrderedDict(state_dict)
+    selected = strip_prefix(state_dict, prefix)
+    if not selected:
+        raise ValueError(f'the checkpoint has no keys under prefix '
+                         f'"{prefix}" (keys start e.g. with '
+                         f'{sorted({k.split(".")[0] for k in state_dict})[:5]}'
+                         f')')
+    return selected
+
+
+# ----------------------------------------------------------------------
+# converting and fitting
+def rename_keys(state_dict: Mapping,
+                rules: Rules,
+                source: str,
+                dropped: tuple = ()) -> Dict[str, Tensor]:
+    """Rename every key by the first of ``rules`` that matches it.
+
+    Keys matching a ``dropped`` pattern (buffers the model rebuilds) are
+    left out; any other key is refused, naming ``source`` (e.g. ``'an
+    mmpretrain ViT'``).
+
+    Raises:
+        ValueError: A key no rule matches.
+    """
+    out = OrderedDict()
+    for key, value in state_dict.items():
+        if any(re.search(p, key) for p in dropped):
+            continue
+        for pattern, repl in rules:
+            if re.match(pattern, key):
+                out[re.sub(pattern, repl, key)] = value
+                break
+        else:
+            raise ValueError(f'Cannot convert key "{key}" of {source} '
+                             f'checkpoint: mmlape has no counterpart')
+    return out
+
+
+def is_square(n: int) -> bool:
+    return n >= 0 and math.isqrt(n)**2 == n
+
+
+def check_pe_width(src: Tensor, shape: Tuple[int, ...], key: str) -> None:
+    """Refuse a PE that is not ``(P, rows, C)`` with the model's ``C``.
+
+    Raises:
+        ValueError: Names the key and both shapes.
+    """
+    if src.dim() != 3 or src.shape[-1] != shape[-1]:
+        raise ValueError(
+            f'Checkpoint does not fit: its {key} has shape '
+            f'{tuple(src.shape)} but this model has {tuple(shape)} '
+            f'(embed_dims {shape[-1]}). Use a checkpoint of the same width.')
+
+
+def fit_patch_rows(src: Tensor, num_extra: int, grid: Tuple[int, int],
+                   mode: str, key: str) -> Tuple[Tensor, List[str]]:
+    """Resize the square patch grid of ``src`` (after its ``num_extra``
+    rows) to ``grid``.
+
+    Returns:
+        tuple[Tensor, list[str]]: The PE and a note when it was resized.
+
+    Raises:
+        ValueError: Patch rows of another count that are not a square grid.
+    """
+    n = src.shape[1] - num_extra
+    grid = tuple(grid)
+    if n == grid[0] * grid[1]:
+        return src, []
+    side = math.isqrt(n)
+    if side * side != n:
+        raise ValueError(
+            f'Checkpoint does not fit: after its extra rows, {key} has '
+            f'{n} patch rows, which is not a square grid; cannot resize '
+            f'it to this model\'s {grid[0]}x{grid[1]} grid')
+    src = resize_pos_embed(
+        src, (side, side), grid, mode=mode, num_extra_tokens=num_extra)
+    return src, [
+        f'{key}: resized from a {side}x{side} to a {grid[0]}x{grid[1]} '
+        f'grid ({mode})'
+    ]
+
+
+# ----------------------------------------------------------------------
+# loading
+def load_and_report(module: torch.nn.Module,
+                    state_dict: Dict[str, Tensor],
+                    checkpoint: str,
+                    new_key_pattern: Optional[str] = None,
+                    family: str = 'backbone') -> None:
+    """Load a converted backbone state dict (not strictly) and log what was
+    missing, unexpected or new (keys matching ``new_key_pattern``: modules
+    a ``family`` checkpoint cannot have); a shape that does not fit is a
+    ValueError naming the file."""
+    try:
+        missing, unexpected = module.load_state_dict(state_dict, strict=False)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
+                         f'{type(module).__name__}: {err}') from None
+    new = [
+        k for k in missing if new_key_pattern and re.match(new_key_pattern, k)
+    ]
+    missing = [k for k in missing if k not in new]
+    if new:
+        print_log(
+            f'{len(new)} tensors of modules that a {family} checkpoint does '
+            f'not have are initialised afresh',
+            logger='current')
+    if missing:
+        print_log(
+            f'Keys missing from "{checkpoint}" (left as initialised): '
+            f'{missing}',
+            logger='current',
+            level=30)
+    if unexpected:
+        print_log(
+            f'Unexpected keys in "{checkpoint}" (ignored): {unexpected}',
+            logger='current',
+            level=30)
+    print_log(
+        f'Loaded {len(state_dict) - len(unexpected)} tensors from '
+        f'"{checkpoint}"',
+        logger='current')
+
+
+class CheckpointFamily:
+    """The checkpoint path of one backbone family.
+
+    A family fills in :meth:`detect`, :meth:`convert`, :meth:`check` and
+    :meth:`fit` (and, for files that hold more than one state dict,
+    :meth:`read`); :meth:`convert_checkpoint` and :meth:`load` are the
+    same for every family.
+
+    Attributes:
+        name (str): The family, in messages (``'ViT'``, ``'Swin'``).
+        formats (tuple[str]): The source layouts it reads.
+        heads (dict): ``head`` option -> where a bare model's classifier
+            goes in a whole mmlape checkpoint (None: dropped).
+        default_head (str): The ``head`` option of mmlape's configs.
+    """
+    name: str = 'backbone'
+    formats: Tuple[str, ...] = ()
+    heads: Dict[str, Optional[str]] = {'none': None}
+    default_head: str = 'none'
+
+    # -- what a family fills in -------------------------------------------
+    def detect(self, state_dict: Mapping) -> Optional[str]:
+        """The format (one of :attr:`formats`) of a whole or a bare
+        backbone state dict; None or a ValueError when it has none."""
+        raise NotImplementedError
+
+    def convert(self,
+                state_dict: Mapping,
+                fmt: Optional[str] = None) -> Converted:
+        """Backbone keys (no prefix) of format ``fmt`` (detected when None)
+        in mmlape's names and PE layout, with a bare model's classifier in
+        :attr:`Converted.head`.
+
+        Raises:
+            ValueError: An unknown format or a key with no counterpart.
+        """
+        raise NotImplementedError
+
+    def check(self, state_dict: Mapping, spec: Any) -> None:
+        """Refuse converted backbone keys of another PE join than the
+        backbone ``spec`` describes (a ValueError naming both)."""
+        raise NotImplementedError
+
+    def fit(self, state_dict: Dict[str, Tensor], prefix: str,
+            spec: Any) -> List[str]:
+        """Fit the keys under ``prefix`` to the backbone ``spec`` describes,
+        in place (the backbone's ``load_state_dict`` pre-hook).
+
+        Returns:
+            list[str]: Notes on what changed.
+        """
+        raise NotImplementedError
+
+    def read(self, checkpoint: Mapping, **options) -> Dict[str, Tensor]:
+        """The state dict a loaded file holds (see
+        :func:`unwrap_state_dict`)."""
+        return unwrap_state_dict(checkpoint)
+
+    def backbone_state(self, checkpoint: Mapping,
+                       prefix: Optional[str]) -> Dict[str, Tensor]:
+        """The backbone keys (no prefix) of a loaded file (see
+        :func:`select_backbone`)."""
+        return select_backbone(self.read(checkpoint), prefix)
+
+    # -- the same for every family ------------------------------------------
+    def convert_checkpoint(self,
+                           checkpoint: Mapping,
+                           fmt: Optional[str] = None,
+                           head: Optional[str] = None,
+                           **options) -> Dict:
+        """A whole checkpoint to an mmlape (mmengine-style) one.
+
+        Args:
+            checkpoint (Mapping): The loaded file, of any layout the family
+                reads.
+            fmt (str, optional): The source format; detected when None.
+            head (str, optional): Where a bare model's classifier goes (a
+                key of :attr:`heads`). The other parts of an OpenMMLab model
+                (``backbone.``-prefixed files: necks, heads) are kept as
+                they are. Defaults to :attr:`default_head`.
+            **options: For :meth:`read` (e.g. ``use_ema``).
+
+        Returns:
+            dict: ``{'state_dict': {'backbone.*': ..., ...}, 'meta':
+            {'converted_from': fmt, 'layout': name, 'notes': [...]}}``.
+        """
+        head = self.default_head if head is None else head
+        if head not in self.heads:
+            raise ValueError(f'head={head!r}; choose one of '
+                             f'{list(self.heads)}')
+        sd = self.read(checkpoint, **options)
+        fmt = fmt or self.detect(sd)
+        prefixed = any(k.startswith(BACKBONE_PREFIX) for k in sd)
+        conv = self.convert(select_backbone(sd), fmt)
+        out = OrderedDict(
+            (BACKBONE_PREFIX + k, v) for k, v in conv.state_dict.items())
+        if prefixed:
+            out.update((k, v) for k, v in sd.items()
+                       if not k.startswith(BACKBONE_PREFIX))
+        elif self.heads[head]:
+            out.update((self.heads[head] + k, v) for k, v in conv.head.items())
+        return dict(
+            state_dict=out,
+            meta=dict(
+                converted_from=fmt, layout=conv.layout.name, notes=conv.notes))
+
+    def load(self,
+             module: torch.nn.Module,
+             checkpoint: str,
+             prefix: Optional[str],
+             spec: Any,
+             new_key_pattern: Optional[str] = None) -> None:
+        """Read, convert, check and load a checkpoint into a backbone.
+
+        The file is read through mmengine's loader (mmlape makes it safe);
+        the backbone part is selected (``prefix``, or ``backbone.`` when
+        present), converted (:meth:`convert`), checked against the join
+        (:meth:`check`) and loaded; the backbone's own pre-hook fits it
+        (:meth:`fit`). What was dropped, missing or unexpected is logged.
+
+        Args:
+            module (nn.Module): The backbone.
+            checkpoint (str): Path or URL of the checkpoint.
+            prefix (str, optional): See :func:`select_backbone`.
+            spec: The backbone's ``checkpoint_spec()``.
+            new_key_pattern (str, optional): Keys the family's checkpoints
+                cannot have (modules a subclass adds); they are summarised
+                instead of being listed as missing. Defaults to None.
+
+        Raises:
+            ValueError: No keys under ``prefix``, another join, or a
+                checkpoint that does not fit (the message says why).
+        """
+        from mmengine.runner.checkpoint import CheckpointLoader
+        ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        try:
+            conv = self.convert(self.backbone_state(ckpt, prefix))
+            self.check(conv.state_dict, spec)
+        except ValueError as err:
+            raise ValueError(f'Checkpoint "{checkpoint}": {err}') from None
+        print_log(
+            f'"{checkpoint}" is a {conv.layout.describe()}', logger='current')
+        for note in conv.notes:
+            print_log(note, logger='current')
+        load_and_report(module, conv.state_dict, checkpoint, new_key_pattern,
+                        self.name)

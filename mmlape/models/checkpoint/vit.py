@@ -1,0 +1,491 @@
+"""ViT checkpoint layouts, their conversion to mmlape, and the fit.
+
+References:
+    The official DeiT and LaPE code (timm names; the distilled DeiT's
+    ``dist_token``, 198-row ``pos_embed`` and ``head_dist``; the LaPE code's
+    2D relative PE with ``blocks.{i}.attn.pe_norm`` and a stored
+    ``relative_position_index``; ``pos_embed{i}`` of the unshared PE), the
+    official ViT-Adapter detection and segmentation code (the backbone keeps
+    DeiT's ``1 + N``-row ``pos_embed`` but has no class token and never uses
+    row 0), mmpretrain's ``VisionTransformer`` / ``DistilledVisionTransformer``
+    and mmseg's ``VisionTransformer`` (their key names).
+
+The ViT's part of the path of :mod:`.common`, for
+:class:`~mmlape.models.backbones.LaPEViT` and everything built on it
+(Segmenter, ViT-Adapter, the T2T-ViT/CeiT/ViT-Lite/CCT archs, whose official
+files :mod:`.vit_family` converts first):
+
+1. :func:`detect_layout` names the layout: the key naming and, row by row,
+   what the extra (non-patch) rows of ``pos_embed`` are. The layout, not the
+   presence of a ``cls_token`` key, decides how many extra rows there are
+   (a distilled DeiT has two, the official ViT-Adapter one unused row and no
+   class token).
+2. :func:`convert_layout` renames the keys to mmlape's and keeps only the
+   rows an mmlape model can use: a class-token row (when the source has a
+   class token) followed by the patch rows.
+3. :func:`fit_pos_embed` and :meth:`ViTCheckpoints.check` fit the result to
+   one backbone (:class:`ViTSpec`): resize the patch grid, drop or add
+   the class-token row, and refuse what cannot fit with a message that names
+   the problem.
+
+``tools/convert/vit_to_mmlape.py`` writes the converted file
+(:func:`convert_checkpoint`).
+"""
+import math
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Dict, List, Literal, Mapping, Optional, Tuple
+
+import torch
+from mmengine.logging import print_log
+from torch import Tensor
+
+from ..layers.block import relative_position_index
+from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
+                     Rules, check_pe_width, fit_patch_rows, is_square,
+                     rename_keys, select_backbone, strip_prefix)
+from .vit_family import VIT_FAMILY
+
+__all__ = [
+    'FORMATS', 'ROW_KINDS', 'VIT', 'ViTSpec', 'detect_format', 'detect_layout',
+    'convert_layout', 'convert_backbone', 'convert_mmpretrain_vit',
+    'convert_mmseg_vit', 'convert_checkpoint', 'fit_pos_embed'
+]
+
+Format = Literal['mmlape', 'timm', 'mmpretrain', 'mmseg']
+#: Key namings mmlape reads.
+FORMATS = ('mmlape', 'timm', 'mmpretrain', 'mmseg')
+
+#: What an extra row of ``pos_embed`` holds. ``cls``: a class token's
+#: position; ``dist``: a distillation token's; ``unused``: a row the source
+#: model never adds to any token (the official ViT-Adapter keeps DeiT's
+#: class row although it has no class token).
+ROW_KINDS = ('cls', 'dist', 'unused')
+
+# (pattern, replacement) applied to backbone-level keys, first match wins.
+_MMPRETRAIN_RULES: Rules = [
+    (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
+    (r'^layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
+    (r'^layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
+    (r'^layers\.(\d+)\.attn\.qkv\.', r'blocks.\1.attn.qkv.'),
+    (r'^layers\.(\d+)\.attn\.proj\.', r'blocks.\1.attn.proj.'),
+    (r'^layers\.(\d+)\.attn\.gamma1\.weight$', r'blocks.\1.gamma1'),
+    (r'^layers\.(\d+)\.ffn\.gamma2\.weight$', r'blocks.\1.gamma2'),
+    (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
+    (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
+    (r'^ln1\.', 'norm.'),
+    (r'^(cls_token|pos_embed|dist_token)$', r'\1'),
+]
+_MMSEG_RULES: Rules = [
+    (r'^layers\.(\d+)\.attn\.attn\.in_proj_(weight|bias)$',
+     r'blocks.\1.attn.qkv.\2'),
+    (r'^layers\.(\d+)\.attn\.attn\.out_proj\.', r'blocks.\1.attn.proj.'),
+] + _MMPRETRAIN_RULES
+# Keys of the official LaPE code's relative-PE blocks.
+_LAPE_REL_NORM = re.compile(r'^blocks\.(\d+)\.attn\.pe_norm\.(weight|bias)$')
+_LAPE_REL_INDEX = re.compile(r'^blocks\.(\d+)\.attn\.relative_position_index$')
+# Modules only a ViT-Adapter backbone has.
+_ADAPTER_KEY = re.compile(r'^(level_embed$|spm\.|interactions\.)')
+_PE_NORM_KEY = re.compile(r'^blocks\.(\d+)\.pe_norm\.')
+
+
+@dataclass(frozen=True)
+class ViTSpec:
+    """What one :class:`~mmlape.models.backbones.LaPEViT` (or
+    ViT-Adapter) expects of a checkpoint.
+
+    Attributes:
+        pos_embed_shape (tuple[int, int, int], optional): ``(P, rows, C)`` of
+            the learnable PE; None when the PE is not a parameter (fixed
+            sin-cos buffers, relative PE).
+        num_extra_tokens (int): Rows before the patch rows (1 with a class
+            token, else 0).
+        grid_size (tuple[int, int]): The PE's patch grid.
+        interpolate_mode (str): How patch rows are resized.
+        join (str): The PE join's name, for messages.
+        pe_norm_layers (tuple[int]): Layers that own ``blocks.{i}.pe_norm``.
+    """
+    pos_embed_shape: Optional[Tuple[int, int, int]]
+    num_extra_tokens: int
+    grid_size: Tuple[int, int]
+    interpolate_mode: str = 'bicubic'
+    join: str = 'Default'
+    pe_norm_layers: Tuple[int, ...] = ()
+
+
+# ----------------------------------------------------------------------
+# step 1: the layout
+def detect_format(state_dict: Mapping) -> Format:
+    """Which naming a ViT state dict uses.
+
+    Args:
+        state_dict (Mapping): A (possibly ``backbone.``-prefixed) state dict.
+
+    Returns:
+        str: ``'mmlape'``, ``'timm'``, ``'mmpretrain'`` or ``'mmseg'``.
+
+    Raises:
+        ValueError: If the keys look like no known ViT.
+    """
+    keys = list(select_backbone(state_dict))
+    if any('.attn.attn.in_proj_weight' in k for k in keys):
+        return 'mmseg'
+    if any(k.startswith('layers.') and '.ln1.' in k for k in keys):
+        return 'mmpretrain'
+    if any(k.startswith('blocks.') for k in keys):
+        prefixed = any(k.startswith(BACKBONE_PREFIX) for k in state_dict)
+        return 'mmlape' if prefixed else 'timm'
+    raise ValueError('Not a ViT checkpoint mmlape knows: expected keys like '
+                     '"blocks.0.norm1.weight" (timm/mmlape), '
+                     '"layers.0.ln1.weight" (mmpretrain/mmseg); got e.g. '
+                     f'{list(state_dict)[:5]}')
+
+
+def _pe_rows(state_dict: Mapping) -> Optional[int]:
+    pe = state_dict.get('pos_embed')
+    if pe is None:
+        rows = [
+            v.shape[-2] for k, v in state_dict.items()
+            if re.match(r'^pos_embed\d+$', k)
+        ]
+        return rows[0] if rows else None
+    return pe.shape[-2]
+
+
+def detect_layout(state_dict: Mapping, fmt: Optional[str] = None) -> Layout:
+    """Name the layout of a backbone state dict (keys without prefix).
+
+    Rules, from the sources' code:
+
+    - mmseg's ViT always owns a class token and a ``1 + N``-row PE.
+    - Elsewhere each token the source owns (``cls_token``, then
+      ``dist_token``) has a PE row, in that order.
+    - A ViT-Adapter backbone (``level_embed``, ``spm.*``, ``interactions.*``)
+      without a class token whose PE has ``k*k + 1`` rows is the official
+      ViT-Adapter: it keeps DeiT's class row and never uses it. mmlape's own
+      ViT-Adapter has ``k*k`` rows; ``k*k + 1`` is never a square, so the
+      two cannot be confused for a square grid.
+    - Blocks with ``attn.pe_norm`` or a stored ``attn.relative_position_index``
+      are the LaPE code's relative PE.
+
+    Args:
+        state_dict (Mapping): Backbone keys, no prefix.
+        fmt (str, optional): The naming; detected when None (a dict without
+            prefix is then read as timm-named).
+
+    Returns:
+        Layout: The layout.
+    """
+    fmt = fmt or detect_format(state_dict)
+    if fmt == 'mmseg':
+        return Layout('mmseg', fmt, ('cls', ))
+    tokens = tuple(kind for kind, key in (('cls', 'cls_token'), ('dist',
+                                                                 'dist_token'))
+                   if key in state_dict)
+    if fmt == 'mmpretrain':
+        return Layout('mmpretrain', fmt, tokens)
+    if any(
+            _LAPE_REL_NORM.match(k) or _LAPE_REL_INDEX.match(k)
+            for k in state_dict):
+        return Layout('lape-relative', 'timm', tokens)
+    rows = _pe_rows(state_dict)
+    is_adapter = any(_ADAPTER_KEY.match(k) for k in state_dict)
+    if (is_adapter and not tokens and rows is not None and not is_square(rows)
+            and is_square(rows - 1)):
+        return Layout('vit-adapter', 'mmlape', ('unused', ))
+    if is_adapter:  # only mmlape and the official code have these modules
+        return Layout('mmlape', 'mmlape', tokens)
+    if 'dist' in tokens:
+        return Layout('deit-distilled', 'timm', tokens)
+    if fmt == 'timm':
+        return Layout('deit' if tokens else 'timm', fmt, tokens)
+    return Layout('mmlape', 'mmlape', tokens)
+
+
+# ----------------------------------------------------------------------
+# step 2: mmlape names and PE rows
+def convert_mmpretrain_vit(state_dict: Mapping) -> Dict[str, Tensor]:
+    """mmpretrain ``VisionTransformer`` backbone keys to mmlape's names."""
+    return rename_keys(state_dict, _MMPRETRAIN_RULES, 'an mmpretrain ViT')
+
+
+def convert_mmseg_vit(state_dict: Mapping) -> Dict[str, Tensor]:
+    """mmseg ``VisionTransformer`` backbone keys to mmlape's names (the
+    fused ``in_proj`` of ``nn.MultiheadAttention`` is mmlape's ``qkv``)."""
+    return rename_keys(state_dict, _MMSEG_RULES, 'an mmseg ViT')
+
+
+def _stack_unshared(state_dict: Mapping) -> Dict[str, Tensor]:
+    """``pos_embed0..pos_embed{L-1}`` (the LaPE code's unshared PE) stacked
+    into one ``(L, N', C)`` ``pos_embed``."""
+    out, per_layer = OrderedDict(), {}
+    for key, value in state_dict.items():
+        m = re.match(r'^pos_embed(\d+)$', key)
+        if m:
+            per_layer[int(m.group(1))] = value
+        else:
+            out[key] = value
+    if per_layer:
+        if sorted(per_layer) != list(range(len(per_layer))):
+            raise ValueError('Unshared PEs pos_embed0..N are not contiguous:'
+                             f' {sorted(per_layer)}')
+        out['pos_embed'] = torch.cat(
+            [per_layer[i] for i in range(len(per_layer))], dim=0)
+    return out
+
+
+def _convert_lape_relative(state_dict: Mapping,
+                           notes: List[str]) -> Dict[str, Tensor]:
+    """The LaPE code's relative-PE blocks in mmlape's names.
+
+    ``blocks.{i}.attn.pe_norm`` (the LayerNorm over the key axis) becomes
+    ``blocks.{i}.pe_norm``. The stored ``relative_position_index`` is checked
+    against the index mmlape computes for the table's grid and dropped
+    (mmlape computes it); a different index would pair the table's entries
+    with other offsets, so it is refused.
+    """
+    out = OrderedDict()
+    checked = 0
+    for key, value in state_dict.items():
+        m = _LAPE_REL_NORM.match(key)
+        if m:
+            out[f'blocks.{m.group(1)}.pe_norm.{m.group(2)}'] = value
+            continue
+        m = _LAPE_REL_INDEX.match(key)
+        if m:
+            n = value.shape[0]
+            side = math.isqrt(n)
+            if value.shape != (n, n) or side * side != n or not torch.equal(
+                    value.long(), relative_position_index((side, side))):
+                raise ValueError(
+                    f'{key} of shape {tuple(value.shape)} is not the '
+                    f'relative position index of a square patch grid as '
+                    f'mmlape computes it; the bias table would be read with '
+                    f'other offsets')
+            checked += 1
+            continue
+        out[key] = value
+    if checked:
+        notes.append(f'checked and dropped {checked} stored '
+                     f'relative_position_index buffers (mmlape computes '
+                     f'the same index)')
+    return out
+
+
+def convert_layout(state_dict: Mapping,
+                   layout: Optional[Layout] = None) -> Converted:
+    """A backbone state dict of any known layout in mmlape's names and PE
+    layout.
+
+    Keys are renamed (mmpretrain, mmseg, the LaPE code's relative PE), the
+    unshared PEs are stacked, a classifier (``head.*``, ``head_dist.*``) and
+    the distillation token are dropped, and ``pos_embed`` keeps only a
+    class-token row (when the layout has one) and the patch rows.
+
+    Args:
+        state_dict (Mapping): Backbone keys, no prefix.
+        layout (Layout, optional): Detected when None.
+
+    Returns:
+        Converted: The state dict, its layout and notes on what changed.
+    """
+    layout = layout or detect_layout(state_dict)
+    notes: List[str] = []
+    if layout.naming == 'mmseg':
+        sd = convert_mmseg_vit(state_dict)
+    elif layout.naming == 'mmpretrain':
+        sd = convert_mmpretrain_vit(state_dict)
+    else:
+        sd = _stack_unshared(state_dict)
+        if layout.name == 'lape-relative':
+            sd = _convert_lape_relative(sd, notes)
+    dropped = [
+        k for k in sd
+        if k == 'dist_token' or k.startswith(('head.', 'head_dist.'))
+    ]
+    for k in dropped:
+        del sd[k]
+    if dropped:
+        notes.append(f'dropped {dropped} (mmlape backbones have no '
+                     f'distillation token; classifiers are not backbone '
+                     f'weights)')
+    pe = sd.get('pos_embed')
+    unused = [i for i, kind in enumerate(layout.extra_rows) if kind != 'cls']
+    if pe is not None and unused:
+        n_extra = len(layout.extra_rows)
+        if not is_square(pe.shape[-2] - n_extra):
+            raise ValueError(
+                f'pos_embed has {pe.shape[-2]} rows; the {layout.describe()}'
+                f' has {n_extra} extra rows, which leaves '
+                f'{pe.shape[-2] - n_extra} patch rows, not a square grid')
+        keep = [i for i in range(pe.shape[-2]) if i not in unused]
+        sd['pos_embed'] = pe[:, keep]
+        kinds = [layout.extra_rows[i] for i in unused]
+        notes.append(f'pos_embed: dropped the {" and ".join(kinds)} row(s) '
+                     f'of the {layout.name} layout ({pe.shape[-2]} -> '
+                     f'{len(keep)} rows)')
+    return Converted(sd, layout, notes)
+
+
+def convert_backbone(state_dict: Mapping,
+                     fmt: Optional[str] = None) -> Dict[str, Tensor]:
+    """Backbone keys of any known layout, as mmlape names and lays them out.
+
+    Args:
+        state_dict (Mapping): A state dict; a ``backbone.`` prefix selects
+            the backbone part of a whole model.
+        fmt (str, optional): One of :data:`FORMATS`; detected when None.
+
+    Returns:
+        dict: mmlape backbone keys, without prefix.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f'Unknown checkpoint format {fmt!r}; choose one of '
+                         f'{list(FORMATS)}')
+    fmt = fmt or detect_format(state_dict)
+    sd = select_backbone(state_dict)
+    return convert_layout(sd, detect_layout(sd, fmt)).state_dict
+
+
+# ----------------------------------------------------------------------
+# step 3: fit one backbone
+def fit_pos_embed(src: Tensor,
+                  src_extra: int,
+                  spec: ViTSpec,
+                  key: str = 'pos_embed') -> Tuple[Tensor, List[str]]:
+    """Fit an mmlape-layout PE to one backbone.
+
+    Args:
+        src (Tensor): ``(P, src_extra + N, C)``; its extra row, if any, is a
+            class token's.
+        src_extra (int): 1 when ``src`` has a class-token row, else 0.
+        spec (ViTSpec): The backbone.
+        key (str): The key's name, for messages. Defaults to ``'pos_embed'``.
+
+    Returns:
+        tuple[Tensor, list[str]]: The fitted PE and notes on what changed.
+
+    Raises:
+        ValueError: Another width, another number of PEs (Unshare keeps one
+            per layer), or patch rows of another count that are not a
+            square grid.
+    """
+    dst = spec.pos_embed_shape
+    notes: List[str] = []
+    check_pe_width(src, dst, key)
+    if src.shape[0] != dst[0]:
+        raise ValueError(
+            f'Checkpoint does not fit: it has {src.shape[0]} position '
+            f'embedding(s) in {key} but pe_join.type={spec.join!r} needs '
+            f'{dst[0]} (Unshare keeps one per layer). Use a checkpoint of '
+            f'the same join.')
+    want = spec.num_extra_tokens
+    if src_extra > want:
+        src = src[:, src_extra - want:]
+        notes.append(f'{key}: dropped the class-token row (this model has '
+                     f'no class token)')
+    elif src_extra < want:
+        src = torch.cat([src.new_zeros(src.shape[0], 1, src.shape[2]), src],
+                        dim=1)
+        notes.append(f'{key}: added a zero class-token row (the checkpoint '
+                     f'has no class token)')
+    src, resized = fit_patch_rows(src, want, spec.grid_size,
+                                  spec.interpolate_mode, key)
+    return src, notes + resized
+
+
+# ----------------------------------------------------------------------
+# the ViT's path
+class ViTCheckpoints(CheckpointFamily):
+    """The checkpoint path of the ViT and the backbones built on it."""
+    name = 'ViT'
+    formats = FORMATS
+    heads = {'vit': 'head.layers.head.', 'linear': 'head.fc.', 'none': None}
+    default_head = 'vit'
+
+    def detect(self, state_dict: Mapping) -> str:
+        return detect_format(state_dict)
+
+    def convert(self,
+                state_dict: Mapping,
+                fmt: Optional[str] = None) -> Converted:
+        if fmt is not None and fmt not in FORMATS:
+            raise ValueError(f'Unknown checkpoint format {fmt!r}; choose one '
+                             f'of {list(FORMATS)}')
+        conv = convert_layout(state_dict, detect_layout(state_dict, fmt))
+        # a bare timm-named model's classifier
+        conv.head = OrderedDict((suffix, state_dict['head.' + suffix])
+                                for suffix in ('weight', 'bias')
+                                if 'head.' + suffix in state_dict)
+        return conv
+
+    def check(self, state_dict: Mapping, spec: ViTSpec) -> None:
+        """The layers that own a PE norm (``blocks.{i}.pe_norm``) must be
+        the same in the checkpoint and in the model. An MPVG checkpoint may
+        initialise a PVG model (its ``pe_join.last_norm`` is then reported
+        as unexpected): that is how MPVG reaches a backbone without a final
+        norm."""
+        found = sorted({
+            int(m.group(1))
+            for m in (_PE_NORM_KEY.match(k) for k in state_dict) if m
+        })
+        if found != list(spec.pe_norm_layers):
+            raise ValueError(
+                f'Checkpoint does not fit the join: it has PE norms '
+                f'(blocks.{{i}}.pe_norm) in layers {found} but this model '
+                f'(pe_join.type={spec.join!r}) has them in layers '
+                f'{list(spec.pe_norm_layers)}. Initialise from a checkpoint '
+                f'trained with the same join (e.g. a LaPE ImageNet '
+                f'checkpoint for a LaPE model, an MPVG one for PVG/MPVG).')
+
+    def fit(self, state_dict: Dict[str, Tensor], prefix: str,
+            spec: ViTSpec) -> List[str]:
+        """The layout of the keys under ``prefix`` decides which PE rows
+        are extra tokens; rows the model cannot use (a distillation
+        token's, the official ViT-Adapter's unused row) are dropped, then
+        :func:`fit_pos_embed` fits the rest."""
+        key = prefix + 'pos_embed'
+        if key not in state_dict or spec.pos_embed_shape is None:
+            return []
+        local = {}
+        for k, v in state_dict.items():
+            name = k[len(prefix):]
+            if k.startswith(prefix) and (name in ('pos_embed', 'cls_token',
+                                                  'dist_token')
+                                         or _ADAPTER_KEY.match(name)):
+                local[name] = v
+        layout = detect_layout(local, 'mmlape')
+        conv = convert_layout({'pos_embed': state_dict[key]}, layout)
+        src_extra = 1 if 'cls' in layout.extra_rows else 0
+        state_dict[key], notes = fit_pos_embed(conv.state_dict['pos_embed'],
+                                               src_extra, spec, key)
+        return conv.notes + notes
+
+    def backbone_state(self, checkpoint: Mapping,
+                       prefix: Optional[str]) -> Dict[str, Tensor]:
+        """The backbone keys of a loaded file; an official T2T-ViT / CeiT /
+        ViT-Lite / CCT file is first converted as
+        ``tools/convert/vit_family_to_mmlape.py`` converts it (T2T-ViT's
+        EMA weights; ``prefix`` does not apply to such a file)."""
+        family = VIT_FAMILY.detect(VIT_FAMILY.read(checkpoint, False))
+        if not family:
+            return super().backbone_state(checkpoint, prefix)
+        converted = VIT_FAMILY.convert_checkpoint(checkpoint, family, 'none')
+        print_log(
+            f'the file has the official {family} layout: converted to '
+            f'mmlape\'s',
+            logger='current')
+        return strip_prefix(converted['state_dict'], BACKBONE_PREFIX)
+
+
+#: The ViT's checkpoint path.
+VIT = ViTCheckpoints()
+
+#: A whole ViT checkpoint to an mmlape one
+#: (``tools/convert/vit_to_mmlape.py``; see
+#: :meth:`~.common.CheckpointFamily.convert_checkpoint`): a timm classifier
+#: goes to ``head.layers.head`` (``head='vit'``), ``head.fc``
+#: (``'linear'``) or nowhere (``'none'``); a distilled DeiT's ``head_dist``
+#: is dropped.
+convert_checkpoint = VIT.convert_checkpoint
