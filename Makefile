@@ -37,10 +37,8 @@ test: install lint
 # with its own mmcv build (made on the first run, in seconds afterwards).
 test-compat:
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
-	TORCH_PAIR=$(COMPAT_PAIR) PYTHON=$(COMPAT_VENV)/bin/python \
-		bash scripts/install.sh
-	$(COMPAT_VENV)/bin/python -m pytest -m "not slow" -p no:cacheprovider \
-		$(PYTEST_ARGS)
+	TORCH_PAIR=$(COMPAT_PAIR) PYTHON=$(COMPAT_VENV)/bin/python bash scripts/install.sh
+	$(COMPAT_VENV)/bin/python -m pytest -m "not slow" -p no:cacheprovider $(PYTEST_ARGS)
 
 # The quick loop while editing (no subprocess or training runs).
 test-quick:

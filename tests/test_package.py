@@ -279,7 +279,9 @@ def test_methods_doc_is_the_reference():
 
 
 def test_ci_runs_the_docstring_examples():
-    """``make test`` (what CI runs) ends with the doctests of mmlape."""
+    """``make test`` (what CI runs) runs the suite, then the doctests of
+    mmlape, then the quick suite on the second torch (``make
+    test-compat``, in its own virtual environment)."""
     # Under a parent make (CI may run one) make prints 'Entering/Leaving
     # directory' lines; they are not commands.
     out = run(['make', '--no-print-directory', '-n', 'test'])
@@ -287,8 +289,18 @@ def test_ci_runs_the_docstring_examples():
         line for line in out.stdout.strip().splitlines()
         if not line.startswith('make')
     ]
-    assert '-m pytest --doctest-modules mmlape' in lines[-1]
-    assert '-m pytest' in lines[-2] and '--doctest' not in lines[-2]
+    doctest = [
+        i for i, line in enumerate(lines)
+        if '-m pytest --doctest-modules mmlape' in line
+    ]
+    assert len(doctest) == 1, lines
+    i = doctest[0]
+    assert '-m pytest' in lines[i - 1] and '--doctest' not in lines[i - 1]
+    compat = lines[i + 1:]
+    assert any('TORCH_PAIR=cu12' in line and 'scripts/install.sh' in line
+               for line in compat), compat
+    assert '.venv-torch-cu12/bin/python -m pytest -m "not slow"' in \
+        compat[-1], compat
 
 
 def test_test_modules_do_not_redefine_the_shared_helpers():
