@@ -9,7 +9,7 @@ import os
 import os.path as osp
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import pytest
 import torch
@@ -77,6 +77,16 @@ def run_python(args: List[str], threads: int = 2, **kwargs) -> str:
     """
     out = run([sys.executable] + list(args), threads=threads, **kwargs)
     return out.stdout + out.stderr
+
+
+def config_joins() -> Dict[str, str]:
+    """``{config-name suffix: join}`` of every join that has configs
+    (``''``: ``Default``), in the registry's order."""
+    from mmlape.models.layers import pe_join_classes
+    return {
+        cls.config_suffix: name
+        for name, cls in pe_join_classes(with_configs=True).items()
+    }
 
 
 def tiny_vit(pe_join='Default',

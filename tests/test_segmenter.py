@@ -1,6 +1,7 @@
 """Segmenter's encoder is mmlape's ViT."""
 import pytest
 import torch
+from conftest import config_joins
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT
@@ -87,15 +88,16 @@ def test_mpvg_final_term_is_added_per_token():
         normed.mean(0), torch.zeros(4, 6), atol=1e-4, rtol=0)
 
 
+SEG_JOINS = config_joins()
 SEG_CONFIGS = [
     f'configs/segmenter/segmenter_vit-tiny{s}_mask_8xb1-160k_'
-    'ade20k-512x512.py' for s in ('', '-lape', '-pvg', '-mpvg')
+    'ade20k-512x512.py' for s in SEG_JOINS
 ]
 
 
 @pytest.mark.slow  # a real train step and slide test per config
 @pytest.mark.parametrize(
-    'config', SEG_CONFIGS, ids=['default', 'lape', 'pvg', 'mpvg'])
+    'config', SEG_CONFIGS, ids=[j.lower() for j in SEG_JOINS.values()])
 def test_segmenter_configs_train_step_and_slide_test(config, tmp_path):
     """Each Segmenter config, shrunk, runs a real train step and a slide
     inference on generated ADE20K-format data (non-square images)."""
@@ -152,9 +154,5 @@ def test_segmenter_configs_train_step_and_slide_test(config, tmp_path):
         out = model.val_step(pseudo_collate([val_set[0]]))
     pred = out[0].pred_sem_seg.data
     assert pred.shape == (1, 80, 112)  # the non-square input's own size
-    assert model.backbone.pe_join.name == {
-        '': 'Default',
-        '-lape': 'LaPE',
-        '-pvg': 'PVG',
-        '-mpvg': 'MPVG'
-    }[config.split('vit-tiny')[1].split('_mask')[0]]
+    assert model.backbone.pe_join.name == SEG_JOINS[config.split('vit-tiny')
+                                                    [1].split('_mask')[0]]

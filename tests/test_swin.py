@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import config_joins
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
@@ -644,8 +645,7 @@ def test_registered_for_dense_tasks_and_layer_depth():
 
 
 SWIN_CONFIGS = [
-    f'configs/swin/swin-tiny{s}_16xb64_in1k.py'
-    for s in ('', '-lape', '-pvg', '-mpvg')
+    f'configs/swin/swin-tiny{s}_16xb64_in1k.py' for s in config_joins()
 ]
 
 
