@@ -28,25 +28,22 @@ import subprocess
 import sys
 import time
 
+from small_dense import ARCH, adapter_backbone
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET_BASE = 'configs/vit_adapter/mask-rcnn_vit-adapter-tiny{}_fpn_3x_coco.py'
 SEG_BASE = ('configs/vit_adapter/upernet_vit-adapter-tiny{}_8xb2-160k_'
             'ade20k-512x512.py')
-JOIN_SUFFIX = {'Default': '', 'LaPE': '-lape', 'PVG': '-pvg', 'MPVG': '-mpvg'}
-#: The small ViT of the dense-chain tests.
-ARCH = dict(embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=192)
+DEMO = 'configs/demo/deit-demo_pos-shapes.py'
 LOADER = dict(num_workers=0, persistent_workers=False)
 WIDTH = 64  # neck and head channels
 
 
 def small_adapter(img_size=128, checkpoint=None):
-    """Backbone overrides: the dense-chain tests' small ViT-Adapter."""
-    return dict(
-        arch=dict(ARCH, deform_num_heads=3, _delete_=True),
+    """Backbone overrides: the dense-chain tests' small ViT-Adapter
+    (``small_dense``), BN in the adapter."""
+    return adapter_backbone(
         img_size=img_size,
-        conv_inplane=16,
-        interaction_indexes=[[0, 0], [1, 1], [2, 2], [3, 3]],
-        window_size=[2, 0, 2, 0],
         adapter_norm_cfg=dict(type='BN'),
         init_cfg=(dict(
             type='Pretrained', checkpoint=checkpoint, prefix='backbone.')
@@ -215,7 +212,7 @@ def deit_overrides(data, join, iters, seed, size=128):
         img_size=size,
         patch_size=16,
         pe_join=dict(type=join))
-    if join in ('PVG', 'MPVG'):
+    if not join_class(join).allows_cls_token:
         backbone.update(with_cls_token=False, out_type='avg_featmap')
     warmup = max(1, iters // 12)
     return dict(
@@ -236,6 +233,17 @@ def deit_overrides(data, join, iters, seed, size=128):
         ],
         default_hooks=dict(checkpoint=dict(interval=iters)),
         randomness=dict(seed=seed))
+
+
+def config_joins():
+    """Joins of the runs: every registered join that has configs."""
+    from mmlape.models.layers import pe_join_classes
+    return list(pe_join_classes(with_configs=True))
+
+
+def join_class(join):
+    from mmlape.registry import PE_JOINS
+    return PE_JOINS.module_dict[join]
 
 
 def write_config(path, base, overrides):
@@ -336,8 +344,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--joins',
         nargs='+',
-        default=list(JOIN_SUFFIX),
-        choices=list(JOIN_SUFFIX),
+        default=config_joins(),
+        choices=config_joins(),
         help='PE joins of the ViT-Adapter runs')
     parser.add_argument(
         '--models',
@@ -400,7 +408,7 @@ def plan(args, data, pretrained):
             for join in args.joins:
                 backbone = small_adapter(128, pretrained.get(join))
                 if model == 'det-vit':
-                    base = DET_BASE.format(JOIN_SUFFIX[join])
+                    base = DET_BASE.format(join_class(join).config_suffix)
                     over = det_overrides(
                         coco,
                         backbone, [96] * 4,
@@ -409,7 +417,7 @@ def plan(args, data, pretrained):
                         seed,
                         milestone=args.milestone)
                 else:
-                    base = SEG_BASE.format(JOIN_SUFFIX[join])
+                    base = SEG_BASE.format(join_class(join).config_suffix)
                     over = seg_overrides(ade, backbone, args.seg_iters,
                                          args.lr, seed, args.seg_crop)
                 runs.append(
@@ -438,18 +446,12 @@ def main(argv=None):
         generate_pos_shapes(
             data['deit'], num_train=4000, num_val=400, size=128)
         joins = [j for j in args.joins]
-        suffix = {
-            'Default': '',
-            'LaPE': '-lape',
-            'PVG': '-mpvg',
-            'MPVG': '-mpvg'
-        }
 
         def pretrain(join):
             name = f'deit-{join}'
+            # the demo config with the join and, without a class token, GAP
             cfg = write_config(
-                osp.join(work, 'configs', name + '.py'),
-                f'configs/demo/deit-demo{suffix[join]}_pos-shapes.py',
+                osp.join(work, 'configs', name + '.py'), DEMO,
                 deit_overrides(data['deit'], join, args.pretrain, 0))
             m = train_and_test(cfg, osp.join(work, name), args.threads)
             print(

@@ -9,8 +9,10 @@ Timings are interleaved across models, round by round, and the fastest
 round counts (see ``timing.py``); ratios are against mmlape's default join
 measured in the same run.
 
-Targets: LaPE/PVG/MPVG train <= 1.03x and eval <= 1.01x the default join;
-the default join <= 1.02x mmpretrain's VisionTransformer (DeiT-Ti).
+The joins are those registered that fit the model (``PE_JOINS``). Targets:
+every join that is not a baseline (LaPE, PVG, MPVG) train <= 1.03x and eval
+<= 1.01x the default join; the default join <= 1.02x mmpretrain's
+VisionTransformer (DeiT-Ti).
 
 Example:
     python benchmarks/bench_joins.py --batch 8 --rounds 15 --out bench.md
@@ -19,6 +21,7 @@ Example:
     python benchmarks/bench_joins.py --swin   # Swin-Ti (section at the end)
 """
 import argparse
+import functools
 import os.path as osp
 import sys
 import time
@@ -26,47 +29,52 @@ import time
 import torch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from timing import interleaved_minima  # noqa: E402
+from timing import fastest, interleaved_minima  # noqa: E402
 
 GAP = dict(with_cls_token=False, out_type='avg_featmap')
-#: model -> input size, default batch, classes, joins (name, pe_join,
-#: extra backbone args), mmpretrain's counterpart (or None)
+#: model -> input size, default batch, classes, mmpretrain's counterpart (or
+#: None). The joins are every registered one that fits the model (T2T-ViT's
+#: fixed PE: no Unshare); a join without a class token pools by GAP.
 ARCHS = {
     'deit-tiny':
     dict(
         size=224,
         batch=8,
         classes=1000,
-        joins=[('default', 'Default', {}), ('share', 'Share', {}),
-               ('unshare', 'Unshare', {}), ('LaPE', 'LaPE', {}),
-               ('PVG', 'PVG', GAP), ('MPVG', 'MPVG', GAP)],
         mmpretrain=dict(
             type='VisionTransformer',
             arch='deit-tiny',
             img_size=224,
             patch_size=16)),
-    # (mmpretrain's T2T_ViT has no Performer token layers: no counterpart;
-    # a fixed PE: no Unshare)
+    # (mmpretrain's T2T_ViT has no Performer token layers: no counterpart)
     't2t-vit-7':
-    dict(
-        size=224,
-        batch=8,
-        classes=1000,
-        joins=[('default', 'Default', {}), ('share', 'Share', {}),
-               ('LaPE', 'LaPE', {}), ('PVG', 'PVG', GAP),
-               ('MPVG', 'MPVG', GAP)],
-        mmpretrain=None),
+    dict(size=224, batch=8, classes=1000, mmpretrain=None),
     'vit-lite-7/4':
-    dict(
-        size=32,
-        batch=64,
-        classes=100,
-        joins=[('default', 'Default', {}), ('share', 'Share', {}),
-               ('unshare', 'Unshare', {}), ('LaPE', 'LaPE', {}),
-               ('PVG', 'PVG', GAP), ('MPVG', 'MPVG', GAP)],
-        mmpretrain=None),
+    dict(size=32, batch=64, classes=100, mmpretrain=None),
 }
 TARGETS = {'train': 1.03, 'eval': 1.01}
+
+
+def arch_joins(arch, staged=False):
+    """``{join: extra backbone args}`` of every registered join that fits
+    ``arch`` (a LaPEViT arch, or Swin's with ``staged``)."""
+    from mmlape.models import LaPEViT
+    from mmlape.models.layers import pe_join_classes
+    pe_type = 'learnable' if staged else LaPEViT.arch_zoo[arch].get(
+        'pe_type', 'learnable')
+    return {
+        name: ({} if cls.allows_cls_token else dict(GAP))
+        for name, cls in pe_join_classes().items()
+        if cls.fits(pe_type, staged)
+    }
+
+
+def targeted(name):
+    """Whether the cost targets hold for ``name`` (every join that is not
+    a baseline: LaPE, PVG, MPVG, ...)."""
+    from mmlape.registry import PE_JOINS
+    cls = PE_JOINS.module_dict.get(name)
+    return cls is not None and not cls.baseline
 
 
 def model_configs(arch):
@@ -75,8 +83,8 @@ def model_configs(arch):
     models = {}
     if spec['mmpretrain'] is not None:
         models['mmpretrain ViT'] = spec['mmpretrain']
-    for name, join, extra in spec['joins']:
-        models[name] = dict(
+    for join, extra in arch_joins(arch).items():
+        models[join] = dict(
             type='LaPEViT',
             arch=arch,
             img_size=spec['size'],
@@ -191,7 +199,7 @@ def main():
     clock = time.process_time if args.clock == 'cpu' else time.perf_counter
     med = interleaved_minima(
         models, step, rounds=args.rounds, warmup=args.warmup, clock=clock)
-    base = med['default']
+    base = med['Default']
     rows = []
     header = ('| model | params | GFLOPs | eval ms | eval x | train ms | '
               'train x | act. MB |')
@@ -206,7 +214,7 @@ def main():
         rows.append(f'| {name} | {params / 1e6:.3f}M | {gflops:.3f} | '
                     f'{ev * 1e3:.1f} | {ev / base["eval"]:.3f} | '
                     f'{tr * 1e3:.1f} | {tr / base["train"]:.3f} | {mem:.1f} |')
-        if name in ('LaPE', 'PVG', 'MPVG'):
+        if targeted(name):
             for mode, limit in TARGETS.items():
                 if med[name][mode] / base[mode] > limit:
                     failed.append(f'{name} {mode} '
@@ -240,21 +248,20 @@ def main():
 # join (Swin-T with an absolute PE at stage 1) and against mmpretrain's
 # SwinTransformer(arch='tiny', use_abs_pos_embed=True); GAP neck and a
 # 1000-way linear head, 224x224. Same timing, ratios and targets as above.
-SWIN_MODELS = {
-    'mmpretrain Swin':
-    dict(type='SwinTransformer', arch='tiny', use_abs_pos_embed=True),
-    'default':
-    dict(type='LaPESwin', arch='tiny', pe_join='Default'),
-    'LaPE':
-    dict(type='LaPESwin', arch='tiny', pe_join='LaPE'),
-    'PVG':
-    dict(type='LaPESwin', arch='tiny', pe_join='PVG'),
-    'MPVG':
-    dict(type='LaPESwin', arch='tiny', pe_join='MPVG'),
-}
+MMPRETRAIN_SWIN = dict(
+    type='SwinTransformer', arch='tiny', use_abs_pos_embed=True)
 
 
-def build_swin(name):
+def swin_models():
+    """Backbone configs of the Swin models: mmpretrain's, and LaPESwin with
+    every registered join that runs on a staged backbone."""
+    models = {'mmpretrain Swin': MMPRETRAIN_SWIN}
+    for join in arch_joins('tiny', staged=True):
+        models[join] = dict(type='LaPESwin', arch='tiny', pe_join=join)
+    return models
+
+
+def build_swin(backbone):
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS as REG
     from mmpretrain.utils import register_all_modules
@@ -265,7 +272,7 @@ def build_swin(name):
         return REG.build(
             dict(
                 type='ImageClassifier',
-                backbone=dict(SWIN_MODELS[name], img_size=224),
+                backbone=dict(backbone, img_size=224),
                 neck=dict(type='GlobalAveragePooling'),
                 head=dict(
                     type='LinearClsHead', num_classes=1000, in_channels=768)))
@@ -277,7 +284,7 @@ def swin_main(args):
     torch.manual_seed(0)
     img = torch.randn(args.batch, 3, 224, 224)
     target = torch.randint(0, 1000, (args.batch, ))
-    models = {name: build_swin(name) for name in SWIN_MODELS}
+    models = {name: build_swin(cfg) for name, cfg in swin_models().items()}
 
     def step(model, mode):
         if mode == 'train':
@@ -288,7 +295,7 @@ def swin_main(args):
     clock = time.process_time if args.clock == 'cpu' else time.perf_counter
     best = interleaved_minima(
         models, step, rounds=args.rounds, warmup=args.warmup, clock=clock)
-    base, ref = best['default'], best['mmpretrain Swin']
+    base, ref = best['Default'], best['mmpretrain Swin']
     rows = [
         '| Swin-Ti | params | GFLOPs | eval ms | eval x | train ms | '
         'train x | act. MB |', '|' + '---|' * 8
@@ -302,25 +309,34 @@ def swin_main(args):
                     f'{ev * 1e3:.1f} | {ev / base["eval"]:.3f} | '
                     f'{tr * 1e3:.1f} | {tr / base["train"]:.3f} | '
                     f'{activation_mb(model, img):.1f} |')
-        if name in ('LaPE', 'PVG', 'MPVG'):
+        if targeted(name):
             for mode, limit in TARGETS.items():
                 ratio = best[name][mode] / base[mode]
                 if ratio > limit:
                     failed.append(f'{name} {mode} {ratio:.3f}x > {limit}x')
     table = '\n'.join(rows)
+
     # The joins' own work, timed alone: what a train step pays for the PE
     # plan (norms and the carry through the mergings, forward + backward).
-    plan_ms = {}
-    for name in ('LaPE', 'PVG', 'MPVG'):
-        backbone = models[name].backbone.train()
-        times = []
-        for _ in range(args.rounds):
-            start = clock()
-            plan = backbone.pe_plan(backbone.grid_size)
-            terms = [plan.input, plan.final] + plan.attn
-            sum(t.sum() for t in terms if t is not None).backward()
-            times.append(clock() - start)
-        plan_ms[name] = min(times) * 1e3
+    def plan_step(backbone):
+        plan = backbone.pe_plan(backbone.grid_size)
+        terms = [plan.input, plan.final] + plan.attn
+        sum(t.sum() for t in terms if t is not None).backward()
+
+    plan_steps, setups = {}, {}
+    for name, model in models.items():
+        if targeted(name):
+            plan_steps[name] = functools.partial(plan_step, model.backbone)
+            setups[name] = model.backbone.train
+    plan_ms = {
+        name: seconds * 1e3
+        for name, seconds in fastest(
+            plan_steps,
+            rounds=args.rounds,
+            warmup=0,
+            setups=setups,
+            clock=clock).items()
+    }
     table += '\n\nPE plan per train step (forward + backward): ' + ', '.join(
         f'{name} {ms:.1f} ms ({ms / base["train"] / 10:.2f}%)'
         for name, ms in plan_ms.items())

@@ -1,9 +1,10 @@
 """ViT-Adapter-Ti at 512x512: cost of the PE joins, and where the time goes.
 
 Fastest eval forward and train step (forward + backward) of the backbone for
-the default join, LaPE and MPVG weights (which ViT-Adapter runs with the PVG
-join: it has no final ViT norm), interleaved round by round, as ratios to
-the default join measured in the same run. Target: <= 1.03x.
+every join that has configs (default, LaPE, PVG, MPVG; MPVG with the final
+norm on, as its configs: ViT-Adapter has no final ViT norm of its own),
+interleaved round by round, as ratios to the default join measured in the
+same run. Target: <= 1.03x.
 
 Then a breakdown of one eval forward of the default model by module kind:
 multi-scale deformable attention (injectors and extractors), ViT blocks, the
@@ -23,14 +24,20 @@ import torch
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from timing import interleaved_minima  # noqa: E402
 
-JOINS = {'default': 'Default', 'LaPE': 'LaPE', 'MPVG (PVG join)': 'PVG'}
+
+def joins():
+    """The joins timed: every registered join that has configs."""
+    from mmlape.models.layers import pe_join_classes
+    return list(pe_join_classes(with_configs=True))
 
 
 def build(join):
     from mmlape.models import LaPEViTAdapter
+    from mmlape.registry import PE_JOINS
     return LaPEViTAdapter(
         'tiny',
         pe_join=join,
+        final_norm=PE_JOINS.module_dict[join].adds_pe_at_final_norm,
         drop_path_rate=0.,
         interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
         window_size=[14, 14, 0] * 4)
@@ -89,13 +96,13 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     img = torch.randn(1, 3, args.size, args.size)
-    models = {name: build(join) for name, join in JOINS.items()}
+    models = {join: build(join) for join in joins()}
     med = interleaved_minima(
         models,
         lambda model, mode: step(model, img, mode == 'train'),
         rounds=args.rounds,
         warmup=args.warmup)
-    base = med['default']
+    base = med['Default']
     print(f'| ViT-Adapter-Ti {args.size}x{args.size}, {args.threads} '
           f'thread(s) | eval s | eval x | train s | train x |')
     print('|---|---|---|---|---|')
@@ -109,7 +116,7 @@ def main():
                 failed.append(f'{name} {mode}')
     print('targets (<= 1.03x): ' +
           ('all met' if not failed else 'missed: ' + ', '.join(failed)))
-    model = models['default'].eval()
+    model = models['Default'].eval()
     total, spent = breakdown(model, img)
     print(f'\nwhere one eval forward of the default model goes '
           f'({total:.3f} s):')

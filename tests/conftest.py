@@ -7,10 +7,12 @@ subprocesses or train end to end carry ``@pytest.mark.slow``:
 """
 import os
 import os.path as osp
+import random
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -28,10 +30,71 @@ DEMO = 'configs/demo/deit-demo_pos-shapes.py'
 #: inputs of 8x8 patches (a 4x4 grid).
 IMG = 32
 
+#: The seed of every test. ``MMLAPE_TEST_SEED=N pytest ...`` runs the suite
+#: under another one: no assertion may hold for one seed only.
+SEED = int(os.environ.get('MMLAPE_TEST_SEED', '0'))
+
+
+def seed_everything(seed: int = SEED) -> None:
+    """Seed torch, numpy's global generator (mmcv's random transforms,
+    mmengine's choice of a run's seed) and :mod:`random`."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Seed before a test's fixtures are set up: a module- or session-scoped
+    fixture draws the same numbers whichever test first asks for it."""
+    seed_everything()
+
 
 @pytest.fixture(autouse=True)
 def _seed():
-    torch.manual_seed(0)
+    """Seed again after the wider fixtures, before the test's own: a test
+    draws the same numbers in any order and alone."""
+    seed_everything()
+
+
+#: float32's unit in the last place at 1 (``2**-23``).
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def assert_close_f32(actual: torch.Tensor,
+                     expected: torch.Tensor,
+                     ulps: float = 32,
+                     msg: Optional[str] = None) -> None:
+    """Assert that two float32 computations of the same values agree up to
+    rounding.
+
+    Two paths through the same arithmetic in another order (another
+    library's kernels, a reference written from the equations) differ by
+    rounding that scales with the magnitudes summed, not with each result:
+    an element that cancels to near zero keeps the absolute error of the
+    large terms it came from. So the tolerance is ``ulps`` float32 ulps of
+    each element plus ``ulps`` ulps of the largest magnitude in
+    ``expected``: it holds at any scale of the weights, where a fixed
+    ``atol`` of 1e-5 asks two kernels for 3 ulps at values near 50 (and
+    failed so). A wrong term is of the order of the values and still fails.
+
+    Args:
+        actual (Tensor): The computed values.
+        expected (Tensor): The values of the other path.
+        ulps (float): Rounding allowed, in ulps of the largest magnitude.
+            Defaults to 32: measured over seeds and thread counts, a ViT
+            forward against mmseg's or a reference uses at most 4, Swin
+            against mmpretrain's at resized inputs up to 34 (its callers
+            pass 256).
+        msg (str, optional): Prefix of the failure message.
+    """
+    scale = float(expected.detach().abs().max()) if expected.numel() else 0.
+    torch.testing.assert_close(
+        actual,
+        expected,
+        rtol=ulps * EPS32,
+        atol=ulps * EPS32 * scale,
+        msg=(lambda m: f'{msg}: {m}') if msg else None)
 
 
 def run(args: List[str],
@@ -53,7 +116,10 @@ def run(args: List[str],
         env (dict, optional): Extra environment variables.
     """
     full_env = dict(
-        os.environ, PYTHONUNBUFFERED='1', OMP_NUM_THREADS=str(threads))
+        os.environ,
+        PYTHONUNBUFFERED='1',
+        PYTHONHASHSEED='0',
+        OMP_NUM_THREADS=str(threads))
     full_env.update(env or {})
     out = subprocess.run(
         args,
@@ -77,6 +143,16 @@ def run_python(args: List[str], threads: int = 2, **kwargs) -> str:
     """
     out = run([sys.executable] + list(args), threads=threads, **kwargs)
     return out.stdout + out.stderr
+
+
+def config_joins() -> Dict[str, str]:
+    """``{config-name suffix: join}`` of every join that has configs
+    (``''``: ``Default``), in the registry's order."""
+    from mmlape.models.layers import pe_join_classes
+    return {
+        cls.config_suffix: name
+        for name, cls in pe_join_classes(with_configs=True).items()
+    }
 
 
 def tiny_vit(pe_join='Default',

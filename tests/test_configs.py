@@ -4,7 +4,7 @@ import importlib
 import os.path as osp
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, config_joins
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
@@ -13,7 +13,8 @@ ALL = sorted(
 #: Configs to train and test (the model bases under configs/_base_/ are
 #: parts of them).
 CONFIGS = [p for p in ALL if '_base_' not in p.split(osp.sep)]
-JOINS = {'lape': 'LaPE', 'pvg': 'PVG', 'mpvg': 'MPVG'}
+#: name suffix (no dash) -> join, of the joins with configs but the default
+JOINS = {s[1:]: join for s, join in config_joins().items() if s}
 
 
 def join_of(path):

@@ -4,6 +4,7 @@ UperNet and Segmenter (ADE20K format), each trained with tools/train.py and
 evaluated with tools/test.py. The configs are the real ones, shrunk."""
 import json
 import os.path as osp
+import sys
 
 import pytest
 import torch
@@ -12,8 +13,11 @@ from conftest import ROOT, run_python
 from mmlape.datasets import (generate_ade20k, generate_coco_instances,
                              generate_pos_shapes)
 
-ARCH = dict(embed_dims=96, num_layers=4, num_heads=3, feedforward_channels=192)
-LOADER = dict(num_workers=0, persistent_workers=False)
+sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
+
+#: The shrunk configs' runs are seeded (mmengine draws a seed otherwise).
+SEED = dict(randomness=dict(seed=0))
 
 
 @pytest.fixture(scope='module')
@@ -61,13 +65,12 @@ def train_and_test(config, tmp):
         return json.load(f), log
 
 
-def adapter(ckpt):
-    return dict(
-        arch=dict(ARCH, deform_num_heads=3, _delete_=True),
+def adapter(family, ckpt):
+    """The small ViT-Adapter model of ``family``, BN in the adapter,
+    initialised from ``ckpt``."""
+    return model_overrides(
+        family,
         img_size=64,
-        conv_inplane=16,
-        interaction_indexes=[[0, 0], [1, 1], [2, 2], [3, 3]],
-        window_size=[2, 0, 2, 0],
         adapter_norm_cfg=dict(type='BN'),
         init_cfg=dict(checkpoint=ckpt))
 
@@ -80,48 +83,15 @@ def assert_initialised_from(log, ckpt):
 def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
     data = str(tmp_path / 'coco') + '/'
     generate_coco_instances(data, num_train=4, num_val=2, size=(128, 160))
-    pack = dict(
-        type='PackDetInputs',
-        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                   'scale_factor'))
-    train = [
-        dict(type='LoadImageFromFile'),
-        dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-        dict(type='Resize', scale=(160, 128), keep_ratio=True),
-        dict(type='RandomFlip', prob=0.5),
-        dict(type='PackDetInputs')
-    ]
-    test = [
-        dict(type='LoadImageFromFile'),
-        dict(type='Resize', scale=(160, 128), keep_ratio=True),
-        dict(type='LoadAnnotations', with_bbox=True, with_mask=True), pack
-    ]
-    val_loader = dict(
-        batch_size=1, **LOADER, dataset=dict(data_root=data, pipeline=test))
-    evaluator = dict(ann_file=data + 'annotations/instances_val2017.json')
     config = shrunk(
         tmp_path,
         'configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py',
         model=dict(
-            backbone=adapter(lape_checkpoint),
-            neck=dict(in_channels=[96] * 4, out_channels=32),
-            rpn_head=dict(in_channels=32, feat_channels=32),
-            roi_head=dict(
-                bbox_roi_extractor=dict(out_channels=32),
-                bbox_head=dict(in_channels=32, fc_out_channels=64),
-                mask_roi_extractor=dict(out_channels=32),
-                mask_head=dict(in_channels=32, conv_out_channels=32)),
+            adapter('mask-rcnn', lape_checkpoint),
             # an untrained model scores low: keep its detections, so that
             # COCO AP is computed (CocoMetric reports nothing without any)
             test_cfg=dict(rcnn=dict(score_thr=0.0))),
-        train_dataloader=dict(
-            batch_size=2,
-            **LOADER,
-            dataset=dict(data_root=data, pipeline=train)),
-        val_dataloader=val_loader,
-        test_dataloader=val_loader,
-        val_evaluator=evaluator,
-        test_evaluator=evaluator,
+        **coco_data(data, (160, 128)),
         train_cfg=dict(max_epochs=1, val_interval=1),
         param_scheduler=[
             dict(
@@ -130,7 +100,8 @@ def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
                 by_epoch=False,
                 begin=0,
                 end=1)
-        ])
+        ],
+        **SEED)
     metrics, log = train_and_test(config, tmp_path)
     assert_initialised_from(log, lape_checkpoint)
     for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
@@ -138,28 +109,8 @@ def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
 
 
 def ade(data):
-    crop = (64, 64)
-    load = [
-        dict(type='LoadImageFromFile'),
-        dict(type='LoadAnnotations', reduce_zero_label=True)
-    ]
-    val_loader = dict(
-        batch_size=1,
-        **LOADER,
-        dataset=dict(
-            data_root=data, pipeline=load + [dict(type='PackSegInputs')]))
     return dict(
-        train_dataloader=dict(
-            batch_size=2,
-            **LOADER,
-            dataset=dict(
-                data_root=data,
-                pipeline=load + [
-                    dict(type='RandomCrop', crop_size=crop),
-                    dict(type='PackSegInputs')
-                ])),
-        val_dataloader=val_loader,
-        test_dataloader=val_loader,
+        **ade_data(data, 64),
         train_cfg=dict(max_iters=2, val_interval=2),
         default_hooks=dict(
             checkpoint=dict(interval=2, save_best=None),
@@ -171,7 +122,8 @@ def ade(data):
                 by_epoch=False,
                 begin=0,
                 end=2)
-        ])
+        ],
+        **SEED)
 
 
 SLIDE = dict(mode='slide', crop_size=(64, 64), stride=(48, 48))
@@ -185,10 +137,8 @@ def test_upernet_vit_adapter_lape(lape_checkpoint, tmp_path):
         tmp_path, 'configs/vit_adapter/upernet_vit-adapter-tiny-lape_'
         '8xb2-160k_ade20k-512x512.py',
         model=dict(
-            backbone=adapter(lape_checkpoint),
+            adapter('upernet', lape_checkpoint),
             data_preprocessor=dict(size=(64, 64)),
-            decode_head=dict(in_channels=[96] * 4, channels=32),
-            auxiliary_head=dict(in_channels=96, channels=16),
             test_cfg=SLIDE),
         **ade(data))
     metrics, log = train_and_test(config, tmp_path)
@@ -204,13 +154,11 @@ def test_segmenter_lape(lape_checkpoint, tmp_path):
         tmp_path, 'configs/segmenter/segmenter_vit-tiny-lape_mask_'
         '8xb1-160k_ade20k-512x512.py',
         model=dict(
-            backbone=dict(
-                arch=dict(ARCH, _delete_=True),
+            model_overrides(
+                'segmenter',
                 img_size=64,
                 init_cfg=dict(checkpoint=lape_checkpoint)),
             data_preprocessor=dict(size=(64, 64)),
-            decode_head=dict(
-                in_channels=96, channels=96, num_heads=3, embed_dims=96),
             test_cfg=SLIDE),
         **ade(data))
     metrics, log = train_and_test(config, tmp_path)

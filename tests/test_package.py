@@ -13,6 +13,8 @@ import pytest
 import torch
 from conftest import ROOT, run
 
+from mmlape.models.layers import pe_join_names
+
 HOSTS = ('mmpretrain', 'mmdet', 'mmseg')
 
 
@@ -259,7 +261,7 @@ def test_methods_doc_is_the_reference():
     for heading in ('Notation', 'Baselines', 'LaPE', 'PVG and MPVG',
                     'PE types and resizing'):
         assert heading in headings
-    for name in ('Default', 'Share', 'Unshare', 'LaPE', 'PVG', 'MPVG'):
+    for name in pe_join_names():  # every join is documented
         assert f'`{name}`' in doc or f'**{name}**' in doc or \
             f'## {name}' in doc, name
     # Code and tests cite the doc in the repository, nothing outside it.

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import assert_close_f32, config_joins
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
@@ -192,11 +193,21 @@ def ref_forward(sd,
     return outs
 
 
-def close(outs, refs, atol=2e-5):
+def close(outs, refs, atol=None, ulps=32):
+    """Equal stage outputs: up to float32 rounding (``ulps``, see
+    :func:`assert_close_f32`), or within ``atol`` (``atol=0``: the same
+    path, cached or reloaded)."""
     assert len(outs) == len(refs)
     for out, ref in zip(outs, refs):
-        torch.testing.assert_close(out, ref, rtol=2e-5, atol=atol)
+        if atol is None:
+            assert_close_f32(out, ref, ulps)
+        else:
+            torch.testing.assert_close(out, ref, rtol=2e-5, atol=atol)
 
+
+#: Rounding of Swin against mmpretrain's (and the official layout's)
+#: forward: measured up to 34 ulps at resized inputs.
+OTHER_SWIN_ULPS = 256
 
 CASES = [
     ('default', dict(type='Default'), {}),
@@ -401,7 +412,7 @@ def test_default_equals_mmpretrain_swin_tiny_224():
                                                  for p in model.parameters())
     img = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
-        close(model(img), ref(img))
+        close(model(img), ref(img), ulps=OTHER_SWIN_ULPS)
 
 
 def test_default_equals_mmpretrain_at_other_sizes():
@@ -411,7 +422,7 @@ def test_default_equals_mmpretrain_at_other_sizes():
         for size in ((IMG, IMG), (72, 56), (36, 100)):
             img = torch.randn(2, 3, *size)
             outs = model(img)
-            close(outs, ref(img))
+            close(outs, ref(img), ulps=OTHER_SWIN_ULPS)
             # contiguous NCHW maps (mmcv's CPU RoIAlign misreads others)
             assert all(o.is_contiguous() for o in outs)
 
@@ -452,11 +463,10 @@ def test_mmpretrain_classifier_checkpoint_converts(tmp_path):
     img = torch.randn(2, 3, 56, 72)
     ref.eval(), ours.eval()
     with torch.no_grad():
-        torch.testing.assert_close(
+        assert_close_f32(
             ours(img, mode='tensor'),
             ref(img, mode='tensor'),
-            rtol=1e-5,
-            atol=1e-5)
+            ulps=OTHER_SWIN_ULPS)
 
 
 def official_checkpoint(ape=True):
@@ -526,7 +536,8 @@ def test_official_checkpoint_converts_and_matches_reference(tmp_path):
     assert detect_swin_format(model.state_dict()) == 'mmlape'
     img = torch.randn(2, 3, 72, 56)
     with torch.no_grad():
-        close(model(img), ref_forward(sd, img, 'default'))
+        close(
+            model(img), ref_forward(sd, img, 'default'), ulps=OTHER_SWIN_ULPS)
     # The same file through init_cfg, and converted by the command-line
     # tool then loaded as mmdet/mmseg do (prefix 'backbone.').
     path = str(tmp_path / 'official.pth')
@@ -645,8 +656,7 @@ def test_registered_for_dense_tasks_and_layer_depth():
 
 
 SWIN_CONFIGS = [
-    f'configs/swin/swin-tiny{s}_16xb64_in1k.py'
-    for s in ('', '-lape', '-pvg', '-mpvg')
+    f'configs/swin/swin-tiny{s}_16xb64_in1k.py' for s in config_joins()
 ]
 
 

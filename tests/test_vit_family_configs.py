@@ -6,6 +6,7 @@ import os.path as osp
 
 import pytest
 import torch
+from conftest import config_joins
 from generated_cifar import accept_generated_files, make_cifar100
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
@@ -17,7 +18,7 @@ FAMILIES = ('t2t_vit', 'ceit', 'vit_lite', 'cct')
 CONFIGS = sorted(
     p for f in FAMILIES
     for p in glob.glob(osp.join(ROOT, 'configs', f, '*.py')))
-JOINS = ('', '-lape', '-pvg', '-mpvg')
+JOINS = tuple(config_joins())
 
 
 def cfg_of(name):
@@ -34,7 +35,7 @@ def test_every_join_has_a_config():
         assert f'ceit/ceit-tiny{j}_4xb256_in1k.py' in names
         assert f'vit_lite/vit-lite-7-4{j}_1xb128-310e_cifar100.py' in names
         assert f'cct/cct-7-3x1{j}_1xb128-300e_cifar100.py' in names
-    assert len(CONFIGS) == 20
+    assert len(CONFIGS) == 5 * len(JOINS)
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: osp.relpath(p, ROOT))

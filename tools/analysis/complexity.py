@@ -3,8 +3,11 @@
 Backbones only (heads and necks depend on the task), one image:
 DeiT-Ti/S/B, T2T-ViT-7 and CeiT-Ti at 224x224, ViT-Lite-7/4 and CCT-7/3x1
 at 32x32, ViT-Adapter-Ti/S/B at 512x512, Segmenter's ViT-Ti at 512x512.
-With PVG/MPVG, CeiT-Ti pools by GAP instead of LCA (it has no class token),
-CCT keeps its sequence pooling. FLOPs are counted by
+The joins are those registered (``mmlape.registry.PE_JOINS``) that fit the
+backbone; the dense backbones and Swin take the joins that have configs.
+A join without a class token (PVG/MPVG) pools by GAP (CeiT-Ti instead of
+LCA); CCT keeps its sequence pooling; ViT-Adapter with MPVG has its final
+norm on, as its configs. FLOPs are counted by
 ``torch.utils.flop_counter`` (a multiply-add is 2 FLOPs); the bilinear
 sampling inside ViT-Adapter's deformable attention (mmcv's CPU path) is not
 counted.
@@ -17,6 +20,7 @@ Example:
 import argparse
 import os.path as osp
 import sys
+from typing import List, NamedTuple, Tuple
 
 import torch
 
@@ -25,45 +29,88 @@ sys.path.insert(0,
 
 GAP = dict(with_cls_token=False, out_type='avg_featmap')
 DENSE_GAP = dict(with_cls_token=False, out_type='featmap')
-CLS_JOINS = ('Default', 'Share', 'Unshare', 'LaPE')
+
+
+class Arch(NamedTuple):
+    """One row group of the table.
+
+    ``joins``: ``'all'`` (every registered join that fits the backbone) or
+    ``'configs'`` (the joins that have configs: the dense tasks and Swin,
+    where the papers compare those only). A join without a class token
+    adds ``gap`` to the backbone's arguments, a join that adds a PE after
+    the final norm adds ``final``.
+    """
+    builder: str
+    kwargs: dict
+    size: int
+    joins: str = 'all'
+    gap: dict = GAP
+    final: dict = {}
+    staged: bool = False
+
+
 ARCHS = {
-    # name: (builder, size, [(join, extra kwargs)])
     **{
-        f'deit-{a}': ('LaPEViT', dict(arch=f'deit-{a}'), 224,
-                      [(j, {}) for j in CLS_JOINS] + [('PVG', GAP),
-                                                      ('MPVG', GAP)])
+        f'deit-{a}': Arch('LaPEViT', dict(arch=f'deit-{a}'), 224)
         for a in ('tiny', 'small', 'base')
     },
+    # ViT-Adapter has no class token and no final ViT norm: MPVG's -mpvg
+    # configs turn final_norm on.
     **{
-        f'vit-adapter-{a}': ('LaPEViTAdapter', dict(arch=a), 512,
-                             [('Default', {}), ('LaPE', {}), ('PVG', {})])
+        f'vit-adapter-{a}':
+        Arch(
+            'LaPEViTAdapter',
+            dict(arch=a),
+            512,
+            'configs',
+            gap={},
+            final=dict(final_norm=True))
         for a in ('tiny', 'small', 'base')
     },
-    'segmenter-tiny': ('LaPEViT',
-                       dict(arch='deit-tiny', img_size=512,
-                            out_type='featmap'), 512,
-                       [('Default', {}), ('LaPE', {}),
-                        ('PVG', DENSE_GAP), ('MPVG', DENSE_GAP)]),
-    **{
-        arch: ('LaPEViT', dict(arch=arch), size,
-               [(j, {}) for j in joins] + [('PVG', pvg), ('MPVG', pvg)])
-        for arch, size, joins, pvg in [
-            ('t2t-vit-7', 224, ('Default', 'Share', 'LaPE'), GAP),
-            ('ceit-tiny', 224, CLS_JOINS, GAP),
-            ('vit-lite-7/4', 32, CLS_JOINS, GAP),
-            ('cct-7/3x1', 32, CLS_JOINS, {}),
-        ]
-    },
+    'segmenter-tiny':
+    Arch(
+        'LaPEViT',
+        dict(arch='deit-tiny', img_size=512, out_type='featmap'),
+        512,
+        'configs',
+        gap=DENSE_GAP),
+    't2t-vit-7':
+    Arch('LaPEViT', dict(arch='t2t-vit-7'), 224),
+    'ceit-tiny':
+    Arch('LaPEViT', dict(arch='ceit-tiny'), 224),
+    'vit-lite-7/4':
+    Arch('LaPEViT', dict(arch='vit-lite-7/4'), 32),
+    # no class token: sequence pooling with every join
+    'cct-7/3x1':
+    Arch('LaPEViT', dict(arch='cct-7/3x1'), 32, gap={}),
     # Swin-Ti (224x224): Swin-T with an absolute PE at stage 1 (MPVG's
     # Table 1). Its FLOPs include building the PE plan (the carry through
     # the patch mergings), which an eval-mode model does once per size.
-    'swin-tiny': ('LaPESwin', dict(arch='tiny'), 224,
-                  [(j, {}) for j in ('Default', 'LaPE', 'PVG', 'MPVG')]),
-    'test-tiny': ('LaPEViT', dict(arch='test-tiny', img_size=64), 64,
-                  [(j, {}) for j in CLS_JOINS] + [('PVG', GAP),
-                                                  ('MPVG', GAP)]),
+    'swin-tiny':
+    Arch('LaPESwin', dict(arch='tiny'), 224, 'configs', gap={}, staged=True),
+    'test-tiny':
+    Arch('LaPEViT', dict(arch='test-tiny', img_size=64), 64),
 }
 DEFAULT_ARCHS = [a for a in ARCHS if a != 'test-tiny']
+
+
+def arch_joins(arch: str) -> List[Tuple[str, dict]]:
+    """``(join, extra backbone kwargs)`` of every join measured for
+    ``arch``, read from the join registry when called."""
+    from mmlape.models import LaPEViT
+    from mmlape.models.layers import pe_join_classes
+    spec = ARCHS[arch]
+    zoo = LaPEViT.arch_zoo.get(spec.kwargs.get('arch'), {})
+    pe_type = spec.kwargs.get('pe_type', zoo.get('pe_type', 'learnable'))
+    out = []
+    for name, cls in pe_join_classes(spec.joins == 'configs').items():
+        if not cls.fits(pe_type, spec.staged):
+            continue
+        extra = {} if cls.allows_cls_token else dict(spec.gap)
+        if cls.adds_pe_at_final_norm:
+            extra.update(spec.final)
+        out.append((name, extra))
+    return out
 
 
 def measure(builder, kwargs, size, flops=True):
@@ -86,9 +133,9 @@ def table(archs):
         'params vs default |', '|---|---|---|---|---|---|'
     ]
     for arch in archs:
-        builder, base, size, joins = ARCHS[arch]
+        builder, base, size = ARCHS[arch][:3]
         ref = None
-        for join, extra in joins:
+        for join, extra in arch_joins(arch):
             kwargs = dict(base, pe_join=join, **extra)
             params, flops = measure(builder, kwargs, size)
             ref = params if ref is None else ref

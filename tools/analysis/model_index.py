@@ -36,6 +36,7 @@ import yaml
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from mmlape.models.layers import pe_join_classes  # noqa: E402
 from tools.analysis.complexity import measure  # noqa: E402
 
 #: Input side for the dense tasks (detection, segmentation).
@@ -67,7 +68,9 @@ FAMILIES = {
     'demo': ('LaPE-demo', 'Image Classification', 'pos-shapes (generated)',
              'ViT', LAPE),
 }
-JOINS = ('', '-lape', '-pvg', '-mpvg')
+#: The joins of the MPVG paper's result columns, in order (the published
+#: values below follow it; the config suffixes come from the join classes).
+PAPER_JOINS = ('Default', 'LaPE', 'PVG', 'MPVG')
 
 TOP1 = 'Top 1 Accuracy'
 CLS = 'Image Classification'
@@ -75,8 +78,8 @@ MPVG_T = 'MPVG paper (Lee, Ham, Kim, AAAI 2025), {}'
 DEIT, ADAPTER = MPVG_T.format('DeiT table'), MPVG_T.format('ViT-Adapter table')
 TABLE1, TABLE2 = MPVG_T.format('Table 1'), MPVG_T.format('Table 2')
 BOX_MASK = [(45.9, 41.0), (46.2, 41.2), (46.1, 41.2), (46.5, 41.4)]
-#: (config name with {} for the join suffix, values for default / LaPE /
-#: PVG / MPVG, task, dataset, metric, source)
+#: (config name with {} for the join suffix, values of PAPER_JOINS, task,
+#: dataset, metric, source)
 PUBLISHED_ROWS = [
     ('deit-tiny{}_4xb256_in1k', [72.14, 72.94, 73.17,
                                  73.51], CLS, IN1K, TOP1, DEIT),
@@ -106,11 +109,12 @@ PUBLISHED_ROWS = [
 
 def published() -> Dict[str, List[dict]]:
     """Config name: its published results (only configs a paper reports)."""
+    joins = pe_join_classes(with_configs=True)
     out = {}
     for fmt, values, task, dataset, metric, source in PUBLISHED_ROWS:
-        for join, value in zip(JOINS, values):
+        for join, value in zip(PAPER_JOINS, values):
             metrics = value if metric is None else {metric: value}
-            out[fmt.format(join)] = [
+            out[fmt.format(joins[join].config_suffix)] = [
                 dict(
                     Task=task,
                     Dataset=dataset,
@@ -179,13 +183,22 @@ def count(config: str,
     return result
 
 
+def method_joins() -> List[str]:
+    """The joins a collection lists beside its architecture: those with
+    configs that are not a baseline (LaPE, PVG, MPVG), from the registry."""
+    return [
+        name for name, cls in pe_join_classes(with_configs=True).items()
+        if not cls.baseline
+    ]
+
+
 def metafile(family: str, configs: List[str], cache: dict) -> dict:
     name, task, dataset, arch, paper = FAMILIES[family]
     collection = dict(
         Name=name,
         Metadata={
             'Training Data': dataset,
-            'Architecture': [arch, 'LaPE', 'PVG', 'MPVG']
+            'Architecture': [arch] + method_joins()
         },
         Paper=dict(paper))
     if osp.exists(osp.join(ROOT, 'configs', family, 'README.md')):

@@ -5,7 +5,7 @@ from .mmcv_amp import (MMCV_FLOAT32_OPS, float32_autograd_function,
 from .parts import build_part, part_names
 from .pe_join import (BasePEJoin, DefaultJoin, LaPEJoin, LayerPE, MPVGJoin,
                       PEPlan, PEPlanCache, PVGJoin, ShareJoin, UnshareJoin,
-                      build_pe_join, pe_join_names)
+                      build_pe_join, pe_join_classes, pe_join_names)
 from .pooling import BasePooling, ClsTokenPool, GAPPool, LCAPool, SeqPool
 from .pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                         resize_pos_embed)
@@ -16,9 +16,10 @@ __all__ = [
     'Attention', 'Mlp', 'TransformerBlock', 'SwinBlock', 'WindowAttention',
     'BasePEJoin', 'DefaultJoin', 'LaPEJoin', 'LayerPE', 'MPVGJoin', 'PEPlan',
     'PEPlanCache', 'PVGJoin', 'ShareJoin', 'UnshareJoin', 'build_pe_join',
-    'pe_join_names', 'PE_TYPES', 'build_1d_sincos', 'build_2d_sincos',
-    'resize_pos_embed', 'LeFF', 'build_part', 'part_names', 'BasePooling',
-    'ClsTokenPool', 'GAPPool', 'LCAPool', 'SeqPool', 'ConvTokenizer',
-    'I2TTokenizer', 'PatchEmbed', 'T2TTokenizer', 'init_generic_weights',
-    'MMCV_FLOAT32_OPS', 'float32_autograd_function', 'install_float32_mmcv_ops'
+    'pe_join_names', 'pe_join_classes', 'PE_TYPES', 'build_1d_sincos',
+    'build_2d_sincos', 'resize_pos_embed', 'LeFF', 'build_part', 'part_names',
+    'BasePooling', 'ClsTokenPool', 'GAPPool', 'LCAPool', 'SeqPool',
+    'ConvTokenizer', 'I2TTokenizer', 'PatchEmbed', 'T2TTokenizer',
+    'init_generic_weights', 'MMCV_FLOAT32_OPS', 'float32_autograd_function',
+    'install_float32_mmcv_ops'
 ]

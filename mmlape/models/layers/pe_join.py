@@ -35,7 +35,7 @@ import inspect
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import (Any, Callable, Dict, Hashable, List, NamedTuple, Optional,
-                    Sequence, Tuple, Union)
+                    Sequence, Tuple, Type, Union)
 
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
@@ -47,7 +47,7 @@ from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES
 __all__ = [
     'LayerPE', 'PEPlan', 'PEPlanCache', 'BasePEJoin', 'DefaultJoin',
     'ShareJoin', 'UnshareJoin', 'LaPEJoin', 'PVGJoin', 'MPVGJoin',
-    'build_pe_join', 'pe_join_names', 'CarryFn'
+    'build_pe_join', 'pe_join_names', 'pe_join_classes', 'CarryFn'
 ]
 
 #: Arguments a backbone gives a join; a config never sets them.
@@ -212,6 +212,18 @@ class BasePEJoin(nn.Module):
     #: Whether the join runs on a staged backbone (its PE stream is carried
     #: across stage boundaries by the backbone's hook).
     supports_stages: bool = False
+    #: Whether the plan adds a PE after the backbone's final norm (the
+    #: backbone must have one: ViT-Adapter needs ``final_norm=True``).
+    adds_pe_at_final_norm: bool = False
+    #: Whether the join is a baseline the methods are measured against
+    #: (the default join, the LaPE paper's Share/Unshare). The benchmarks
+    #: hold every other join to the cost targets against ``Default``.
+    baseline: bool = False
+    #: Suffix of the join's config names (``deit-tiny{suffix}_4xb256_in1k``;
+    #: ``''`` for the default join), or None when the join has no configs
+    #: (an ablation). The joins with configs are those the papers compare;
+    #: the tools (model index, dense benchmarks) enumerate them.
+    config_suffix: Optional[str] = None
 
     def __init__(self,
                  num_layers: int,
@@ -266,6 +278,12 @@ class BasePEJoin(nn.Module):
         ] + [len(stages) - 1]
         #: Channels of every layer, and of the output (index ``L``).
         self.layer_dims = [stages[s][1] for s in self.stage_of]
+
+    @classmethod
+    def fits(cls, pe_type: str = 'learnable', staged: bool = False) -> bool:
+        """Whether the join runs with ``pe_type`` on a one-stage
+        (``staged=False``) or staged backbone, as ``__init__`` checks."""
+        return pe_type in cls.pe_types and (cls.supports_stages or not staged)
 
     @property
     def num_pos_embeds(self) -> int:
@@ -357,6 +375,8 @@ class DefaultJoin(BasePEJoin):
     name = 'Default'
     pe_types = PE_TYPES
     supports_stages = True
+    baseline = True
+    config_suffix = ''
 
     def plan(self, pos, rel_biases, pe_norms, carry=None):
         plan = PEPlan(self.num_layers, input=pos)
@@ -372,6 +392,7 @@ class ShareJoin(BasePEJoin):
     One PE for all layers, entering the residual stream each time.
     """
     name = 'Share'
+    baseline = True
 
     def plan(self, pos, rel_biases, pe_norms, carry=None):
         return PEPlan(self.num_layers, residual=[pos] * self.num_layers)
@@ -386,6 +407,7 @@ class UnshareJoin(BasePEJoin):
     """
     name = 'Unshare'
     pe_types = ('learnable', )
+    baseline = True
 
     @property
     def num_pos_embeds(self) -> int:
@@ -433,6 +455,7 @@ class LaPEJoin(BasePEJoin):
     name = 'LaPE'
     pe_types = PE_TYPES
     supports_stages = True
+    config_suffix = '-lape'
     #: First layer that takes a layer-wise PE.
     first_pe_layer: int = 0
     #: Whether the raw PE is also added to the tokens at the input.
@@ -522,6 +545,7 @@ class PVGJoin(LaPEJoin):
     pe_types = ABSOLUTE_PE_TYPES
     allows_cls_token = False
     adds_pe_at_input = True
+    config_suffix = '-pvg'
 
     @property
     def first_pe_layer(self) -> int:
@@ -549,6 +573,8 @@ class MPVGJoin(PVGJoin):
         **kwargs: As for :class:`PVGJoin`.
     """
     name = 'MPVG'
+    adds_pe_at_final_norm = True
+    config_suffix = '-mpvg'
 
     def __init__(self,
                  last_pe_source: Union[str, int] = 'pos_0',
@@ -586,8 +612,36 @@ class MPVGJoin(PVGJoin):
 
 
 def pe_join_names() -> List[str]:
-    """Registered join names (``pe_join=dict(type=...)``)."""
+    """Registered join names (``pe_join=dict(type=...)``), sorted."""
     return sorted(PE_JOINS.module_dict)
+
+
+def pe_join_classes(with_configs: bool = False) -> Dict[str, Type[BasePEJoin]]:
+    """Registered joins by name, in registration order.
+
+    The order is that of the tools' tables: ``Default``, ``Share``,
+    ``Unshare``, ``LaPE``, ``PVG``, ``MPVG``, then any join registered
+    later. Tools enumerate joins here and read what they need from the
+    class attributes (:attr:`BasePEJoin.allows_cls_token`,
+    :attr:`~BasePEJoin.baseline`, :attr:`~BasePEJoin.config_suffix`,
+    :meth:`~BasePEJoin.fits`), so a new join needs no tool edited.
+
+    Args:
+        with_configs (bool): Only the joins that have configs
+            (``config_suffix`` is not None). Defaults to False.
+
+    Returns:
+        dict[str, type]: Join classes by registered name.
+
+    Example:
+        >>> list(pe_join_classes(with_configs=True))
+        ['Default', 'LaPE', 'PVG', 'MPVG']
+    """
+    return {
+        name: cls
+        for name, cls in PE_JOINS.module_dict.items()
+        if not with_configs or cls.config_suffix is not None
+    }
 
 
 def build_pe_join(cfg: Union[None, str, Dict], **context) -> BasePEJoin:

@@ -1,0 +1,136 @@
+"""A new join reaches every tool through the registry: the test registers
+one class (what a new join's library file holds) and the complexity table,
+the model index and the benchmarks' join lists take it, unedited."""
+import os.path as osp
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+
+from mmlape.models.layers import (BasePEJoin, PEPlan, pe_join_classes,
+                                  pe_join_names)
+from mmlape.registry import PE_JOINS
+
+sys.path.insert(0, ROOT)
+sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+import bench_dense_learning  # noqa: E402
+import bench_gpu  # noqa: E402
+import bench_joins  # noqa: E402
+import bench_vit_adapter  # noqa: E402
+from gpu.common import Bench  # noqa: E402
+from gpu.deit import deit_models  # noqa: E402
+from gpu.dense import dense_configs  # noqa: E402
+
+from tools.analysis import complexity, model_index  # noqa: E402
+
+GAP = dict(with_cls_token=False, out_type='avg_featmap')
+
+
+@pytest.fixture
+def toy_join():
+    """``Toy``: the raw PE at the input and on every layer's attention
+    input, no class token (GAP), configs named ``*-toy*``; registered for
+    one test and removed after it."""
+
+    class ToyJoin(BasePEJoin):
+        name = 'Toy'
+        allows_cls_token = False
+        config_suffix = '-toy'
+
+        def plan(self, pos, rel_biases, pe_norms, carry=None):
+            return PEPlan(
+                self.num_layers, input=pos, attn=[pos] * self.num_layers)
+
+    PE_JOINS.register_module(name='Toy', module=ToyJoin)
+    try:
+        yield ToyJoin
+    finally:
+        PE_JOINS.module_dict.pop('Toy')
+
+
+def test_the_registry_lists_the_joins_in_table_order():
+    assert list(pe_join_classes()) == [
+        'Default', 'Share', 'Unshare', 'LaPE', 'PVG', 'MPVG'
+    ]
+    assert {
+        name: (cls.config_suffix, cls.baseline, cls.allows_cls_token)
+        for name, cls in pe_join_classes(with_configs=True).items()
+    } == {
+        'Default': ('', True, True),
+        'LaPE': ('-lape', False, True),
+        'PVG': ('-pvg', False, False),
+        'MPVG': ('-mpvg', False, False)
+    }
+    staged = [n for n, c in pe_join_classes().items() if c.fits(staged=True)]
+    assert staged == ['Default', 'LaPE', 'PVG', 'MPVG']
+    fixed = [n for n, c in pe_join_classes().items() if c.fits('sincos1d')]
+    assert 'Unshare' not in fixed and 'Share' in fixed
+    assert [
+        n for n, c in pe_join_classes().items() if c.adds_pe_at_final_norm
+    ] == ['MPVG']
+
+
+def test_a_new_join_reaches_the_complexity_table(toy_join, capsys):
+    assert ('Toy', GAP) in complexity.arch_joins('deit-tiny')
+    assert complexity.arch_joins('test-tiny')[-1] == ('Toy', GAP)
+    # configs-only rows (the dense backbones) take it; Swin does not: the
+    # toy join does not support stages
+    assert [j for j, _ in complexity.arch_joins('vit-adapter-tiny')
+            ] == ['Default', 'LaPE', 'PVG', 'MPVG', 'Toy']
+    assert 'Toy' not in dict(complexity.arch_joins('swin-tiny'))
+    assert complexity.main(['--archs', 'test-tiny']) == 0
+    rows = {
+        ln.split('|')[2].strip(): ln.split('|')
+        for ln in capsys.readouterr().out.splitlines()
+        if ln.startswith('| test-tiny')
+    }
+    # measured: no parameter of its own; no class token and no PE row of
+    # one (-2C, as PVG without its norms)
+    assert int(rows['Toy'][6].replace(',', '')) == -2 * 64
+    assert float(rows['Toy'][5]) > 0
+
+
+def test_a_new_join_reaches_the_model_index(toy_join):
+    assert model_index.method_joins() == ['LaPE', 'PVG', 'MPVG', 'Toy']
+    collection, = model_index.metafile('demo', [], {})['Collections']
+    assert collection['Metadata']['Architecture'] == [
+        'ViT', 'LaPE', 'PVG', 'MPVG', 'Toy'
+    ]
+    # the published numbers stay those of the papers' joins
+    assert not [n for n in model_index.published() if '-toy' in n]
+
+
+def test_a_new_join_reaches_the_benchmarks(toy_join):
+    # bench_joins: every join that fits the model, GAP without a class
+    # token, held to the cost targets (not a baseline)
+    assert bench_joins.model_configs('deit-tiny')['Toy'] == dict(
+        type='LaPEViT', arch='deit-tiny', img_size=224, pe_join='Toy', **GAP)
+    assert 'Toy' in bench_joins.model_configs('t2t-vit-7')  # fixed PE
+    assert 'Toy' not in bench_joins.swin_models()
+    assert bench_joins.targeted('Toy') and not bench_joins.targeted('Share')
+    # bench_gpu: the --joins and --compile-joins defaults, the DeiT models,
+    # the dense configs
+    args = bench_gpu.parse_args(['--device', 'cpu', '--tiny'])
+    assert args.joins[-1] == 'Toy' and args.compile_joins[-1] == 'Toy'
+    assert bench_gpu.parse_args(['--joins',
+                                 'toy,default']).joins == ['Toy', 'Default']
+    model = deit_models(Bench(args), 'tiny')['Toy']()
+    assert model.backbone.pe_join.name == 'Toy'
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 1000)
+    assert dense_configs('upernet')['Toy'] == osp.join(
+        ROOT, 'configs', 'vit_adapter',
+        'upernet_vit-adapter-tiny-toy_8xb2-160k_ade20k-512x512.py')
+    # bench_vit_adapter and bench_dense_learning: the joins with configs
+    assert bench_vit_adapter.joins()[-1] == 'Toy'
+    args = bench_dense_learning.parse_args([])
+    assert args.joins[-1] == 'Toy'
+    runs = bench_dense_learning.plan(
+        args, dict(coco='c/', ade='a'), pretrained={})
+    assert ('configs/vit_adapter/mask-rcnn_vit-adapter-tiny-toy_fpn_3x_'
+            'coco.py') in [base for _, _, _, base, _ in runs]
+
+
+def test_the_toy_join_is_gone_after_its_test():
+    assert 'Toy' not in pe_join_names()
+    assert 'Toy' not in bench_gpu.parse_args([]).joins
