@@ -715,7 +715,8 @@ def test_tiny_swin_through_train_and_test_tools(tmp_path):
         'test_dataloader.dataset.pipeline.2.crop_size=64',
         'default_hooks.checkpoint.type=CheckpointHook',
         'default_hooks.logger.interval=1', 'train_cfg.max_epochs=2',
-        'param_scheduler.0.end=1', 'param_scheduler.1.begin=1'
+        'param_scheduler.0.end=1', 'param_scheduler.1.begin=1',
+        'randomness.seed=0'
     ] + [
         f'{split}_dataloader.{key}' for split in ('train', 'val', 'test')
         for key in (f'dataset.data_root={data}', 'batch_size=4',
