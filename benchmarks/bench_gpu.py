@@ -142,10 +142,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=('float16', 'bfloat16', 'float32'),
         default=None,
         help='autocast dtype of the adapter and segmenter sections '
-        '(default: float16, what --amp of the tools uses: mmcv 2.1.0\'s CUDA '
-        'deformable attention and RoIAlign have no bfloat16 kernels; '
-        'float32 with --tiny on CPU, where mmcv\'s CPU NMS takes float32 '
-        'boxes only)')
+        '(default: float16, what --amp of the tools uses; mmlape runs mmcv '
+        '2.1.0\'s deformable attention, RoIAlign and NMS in float32 under '
+        'either; float32 with --tiny on CPU)')
     parser.add_argument(
         '--compile-arch',
         choices=('tiny', 'base'),
