@@ -26,9 +26,9 @@
 #   BUILD_DIR             mmcv build tree, wheel and logs (default: .gpu_build)
 #   TORCH_CUDA_ARCH_LIST  default: the visible GPUs' (scripts/gpu/cuda_arch.py)
 #   MAX_JOBS              parallel compile jobs (default: nproc)
-#   MMCV_CXX_STD          C++ standard for mmcv's sources (default: c++17, what
-#                         mmcv 2.1.0's setup.py passes; c++20 for a torch
-#                         whose headers demand it)
+#   MMCV_CXX_STD          C++ standard for mmcv's sources (default: the one
+#                         torch's cpp_extension builds with: c++20 for torch
+#                         2.11 and 2.13; mmcv 2.1.0's setup.py says c++17)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -108,9 +108,12 @@ mmcv_ok() {
     "$PY" - "$1" <<'EOF' >/dev/null 2>&1
 import sys
 import mmcv
-from mmcv.ops import get_compiling_cuda_version
+import torch
+from mmcv.ops import nms
 assert mmcv.__version__ == sys.argv[1]
-assert get_compiling_cuda_version() != 'not available'
+if torch.cuda.is_available():  # a CPU-only mmcv refuses CUDA tensors
+    box = torch.tensor([[0.0, 0.0, 4.0, 4.0]], device='cuda')
+    nms(box, torch.ones(1, device='cuda'), 0.5)
 EOF
 }
 sdist=${sdists[0]}
@@ -123,8 +126,15 @@ exports=$("$PY" scripts/cuda_env.py --exports --build-dir "$BUILD/cuda") ||
 eval "$exports"
 arch=${TORCH_CUDA_ARCH_LIST:-$("$PY" scripts/gpu/cuda_arch.py)} ||
     die "no arch list (see above)"
+# The C++ standard torch builds its extensions with (the -std flag of its
+# cpp_extension): mmcv compiled under an older standard than libtorch built
+# with torch 2.11's C++20 headers, then crashed at its first call.
+std=${MMCV_CXX_STD:-$("$PY" -c 'import inspect, re
+import torch.utils.cpp_extension as ext
+found = re.findall(r"-std=c\+\+(\d\d)", inspect.getsource(ext))
+print(f"c++{max(map(int, found))}" if found else "c++17")')}
 info="mmcv=$version torch=$("$PY" -c 'import torch
-print(torch.__version__, torch.version.cuda, sep=" cuda=")') arch=$arch"
+print(torch.__version__, torch.version.cuda, sep=" cuda=")') arch=$arch std=$std"
 say "mmcv build target: $info"
 if mmcv_ok "$version"; then
     say "mmcv $version with CUDA ops is installed already"
@@ -150,7 +160,6 @@ else
             mkdir -p "$BUILD/src"
             tar -xzf "$sdist" -C "$BUILD/src"
         fi
-        std=${MMCV_CXX_STD:-c++17}
         sed -i -E "s/-std=c\+\+(14|17|20)'/-std=$std'/g" "$src/setup.py"
         jobs=${MAX_JOBS:-$(nproc)}
         say "building mmcv $version with CUDA ops: TORCH_CUDA_ARCH_LIST=$arch" \
@@ -180,19 +189,23 @@ fi
 [[ -z $EXPORT ]] || export_wheel
 
 # 3. mmlape and a check ----------------------------------------------------
-"${PIP[@]}" --no-build-isolation -e .
+# On the interpreter's path through a .pth file: pip's editable install of a
+# setup.py project runs `setup.py develop`, which (setuptools >= 80) asks
+# the network for build requirements, and there is no network here.
+"$PY" -c 'import os, sys, sysconfig
+path = os.path.join(sysconfig.get_paths()["purelib"], "mmlape-checkout.pth")
+open(path, "w").write(os.getcwd() + "\n")'
 "$PY" - <<'EOF'
 import importlib.metadata as md
 import torch
 import mmcv, mmdet, mmengine, mmpretrain, mmseg  # noqa: F401
 import mmlape  # noqa: F401
-from mmcv.ops import get_compiling_cuda_version
 from mmcv.ops.multi_scale_deform_attn import (
     MultiScaleDeformableAttnFunction, multi_scale_deformable_attn_pytorch)
 versions = ', '.join(f'{n} {md.version(n)}' for n in (
-    'mmengine', 'mmcv', 'mmdet', 'mmsegmentation', 'mmpretrain', 'mmlape'))
-print(f'[gpu-setup] {versions}; mmcv ops built with CUDA '
-      f'{get_compiling_cuda_version()}')
+    'mmengine', 'mmcv', 'mmdet', 'mmsegmentation', 'mmpretrain'))
+versions += f', mmlape {mmlape.__version__} ({mmlape.__path__[0]})'
+print(f'[gpu-setup] {versions}')
 if torch.cuda.is_available():
     g = torch.Generator().manual_seed(0)
     shapes = torch.tensor([[8, 8], [4, 4]])
