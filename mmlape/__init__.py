@@ -6,17 +6,21 @@ registry, so mmpretrain, mmdet and mmseg configs can name them; makes
 mmengine load local checkpoints safely under torch >= 2.6
 (:mod:`mmlape.utils.safe_load`); runs mmcv's deformable attention, RoIAlign
 and NMS in float32 under mixed precision, as their CUDA kernels need
-(:mod:`mmlape.models.layers.mmcv_amp`); and lets configs inherit mmlape's
-own with ``_base_ = 'mmlape::deit/...'``. It imports no host task library
-(mmpretrain, mmdet, mmseg): the few parts that build on one import it when
-they are used.
+(:mod:`mmlape.models.layers.mmcv_amp`); keeps mmpretrain importable
+beside transformers >= 5 (:mod:`mmlape.utils.host_compat`); and lets
+configs inherit mmlape's own with ``_base_ = 'mmlape::deit/...'``. It
+imports no host task library (mmpretrain, mmdet, mmseg): the few parts that
+build on one import it when they are used.
 """
 from mmengine.config.utils import MODULE2PACKAGE
 
+from .utils.host_compat import keep_mmpretrain_importable
 from .utils.safe_load import install_safe_loading
 from .version import __version__, version_info
 
 install_safe_loading()
+# mmpretrain 1.2.0 cannot import its models beside transformers >= 5.
+keep_mmpretrain_importable()
 # mmengine resolves ``pkg::path`` bases only for the packages it knows;
 # mmlape's configs are installed in mmlape/.mim/configs (see setup.py).
 MODULE2PACKAGE.setdefault('mmlape', 'mmlape')

@@ -26,6 +26,7 @@ import json
 import os
 import os.path as osp
 import re
+import struct
 import subprocess
 import sys
 from importlib import metadata
@@ -242,15 +243,42 @@ def compare_mmcv_ops(device_name: str) -> Dict[str, float]:
 OPS_TOLERANCE = 1e-4
 
 
+def elf_section_names(path: str) -> List[str]:
+    """The section names of the ELF file ``path`` (64-bit, little-endian:
+    the ``linux_x86_64`` and ``aarch64`` wheels)."""
+    with open(path, 'rb') as f:
+        data = f.read()
+    if data[:6] != b'\x7fELF\x02\x01':
+        raise ValueError(f'{path} is not a 64-bit little-endian ELF file')
+    shoff, = struct.unpack_from('<Q', data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from('<HHH', data, 0x3A)
+
+    def header(i):  # (name offset, file offset, size) of section i
+        at = shoff + i * shentsize
+        return (struct.unpack_from('<I', data, at)[0],
+                *struct.unpack_from('<QQ', data, at + 0x18))
+
+    _, str_at, str_size = header(shstrndx)
+    names = data[str_at:str_at + str_size]
+    return [
+        names[n:names.index(b'\0', n)].decode()
+        for n, _, _ in map(header, range(shnum))
+    ]
+
+
 def probe_mmcv() -> dict:
     """What the installed mmcv holds: its compiled ops load; whether they
-    were compiled with CUDA; on a GPU node, the ops' differences."""
-    import mmcv._ext  # noqa: F401
+    were compiled with CUDA (their library embeds device code, a
+    ``.nv_fatbin`` section); on a GPU node, the ops' differences.
+
+    mmcv's own ``get_compiling_cuda_version()`` is not called: a CUDA build
+    of mmcv 2.1.0 against torch 2.11 crashed the interpreter in it (and in
+    ``get_compiler_version()``) on an H200 machine, while its ops ran."""
+    import mmcv._ext
     import torch
-    from mmcv.ops import get_compiling_cuda_version
-    compiled = get_compiling_cuda_version()
-    info = dict(mmcv_cuda=None if compiled == 'not available' else compiled)
-    if torch.cuda.is_available() and info['mmcv_cuda']:
+    cuda = '.nv_fatbin' in elf_section_names(mmcv._ext.__file__)
+    info = dict(mmcv_cuda=cuda or None)
+    if torch.cuda.is_available() and cuda:
         info['diffs'] = compare_mmcv_ops('cuda')
     return info
 
@@ -281,6 +309,10 @@ def check_mmcv():
     if problem:
         return problem
     r = _run(['--probe', 'mmcv'])
+    if r.returncode < 0:
+        return (f'mmcv\'s compiled ops crashed the interpreter (signal '
+                f'{-r.returncode}): rebuild mmcv for this torch '
+                '("make install")')
     if r.returncode:
         return ('mmcv is installed without its compiled ops, or they were '
                 f'built for another torch (mmcv._ext: {_last_line(r)})')

@@ -206,6 +206,35 @@ def test_mmcv_without_cuda_is_refused_on_a_gpu_node():
     assert 'RoIAlign' in check_env.mmcv_problem(nan, True)
 
 
+def test_mmcv_cuda_build_is_read_from_its_library(tmp_path):
+    """Whether mmcv was compiled with CUDA is read from its library's ELF
+    sections (device code lives in ``.nv_fatbin``), never by calling into
+    it: torch's CUDA library has the section, the CPU-only mmcv here and
+    torch's CPU library do not, and the probe says so."""
+    check_env = load_check_env()
+    lib = osp.join(osp.dirname(torch.__file__), 'lib')
+    assert '.nv_fatbin' in check_env.elf_section_names(
+        osp.join(lib, 'libtorch_cuda.so'))
+    cpu = check_env.elf_section_names(osp.join(lib, 'libtorch_cpu.so'))
+    assert '.text' in cpu and '.nv_fatbin' not in cpu
+    assert check_env.probe_mmcv() == {'mmcv_cuda': None}
+    text = tmp_path / 'not-elf.so'
+    text.write_text('#!/bin/sh\n')
+    with pytest.raises(ValueError, match='not a 64-bit little-endian ELF'):
+        check_env.elf_section_names(str(text))
+
+
+def test_a_crashing_mmcv_probe_is_named(monkeypatch):
+    check_env = load_check_env()
+    monkeypatch.setattr(check_env, '_check', lambda *a: None)
+    monkeypatch.setattr(
+        check_env, '_run', lambda args: check_env.subprocess.CompletedProcess(
+            args, -11, '', 'Segmentation fault'))
+    line = check_env.check_mmcv()
+    assert 'crashed the interpreter (signal 11)' in line
+    assert 'make install' in line
+
+
 def test_ops_comparison_runs():
     """The comparison the installer runs on a GPU node, here against the
     CPU itself (mmcv's deformable attention has no CPU kernel to run)."""
