@@ -272,7 +272,7 @@ def probe_mmcv() -> dict:
     ``.nv_fatbin`` section); on a GPU node, the ops' differences.
 
     mmcv's own ``get_compiling_cuda_version()`` is not called: a CUDA build
-    of mmcv 2.1.0 against torch 2.11 crashed the interpreter in it (and in
+    of the pinned mmcv against torch 2.11 crashed the interpreter in it (and in
     ``get_compiler_version()``) on an H200 machine, while its ops ran."""
     import mmcv._ext
     import torch
