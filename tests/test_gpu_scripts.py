@@ -420,6 +420,11 @@ def test_bench_tiny_cpu_prints_every_section(tmp_path, capsys):
         assert re.search(
             r'train: \d+ break\(s\).*eval: \d+ break\(s\).*'
             r'eval, cached plan: \d+ break\(s\)', r[-1])
+        # the first train and eval steps compile at least one graph each
+        graphs = re.search(
+            r'\((\d+) graphs\); recompiles while timed: '
+            r'(\d+)', r[-1])
+        assert graphs and int(graphs.group(1)) >= 2, r[-1]
     for family in ('Mask R-CNN', 'UperNet'):
         joins = [r[2] for r in rows if r[0] == 'adapter' and family in r[1]]
         assert joins == ['Default', 'LaPE', 'MPVG (PVG join)']

@@ -1,12 +1,27 @@
 """``compile``: ``torch.compile`` per join: graph breaks of the train and
-the eval forward (``torch._dynamo.explain``), and the speed-up of compiled
-over eager train and eval steps."""
+the eval forward (``torch._dynamo.explain``), the graphs compiled (counted
+by wrapping the backend: the first train and eval steps, then any
+recompile while the steps are timed), and the speed-up of compiled over
+eager train and eval steps."""
 import time
 
 import torch
 
 from .common import Bench, eval_fn, fmt_rate, free, train_fn
 from .deit import DEIT_NAMES, deit_models
+
+
+def counting_backend(name: str, graphs: list):
+    """The ``torch.compile`` backend ``name``, appending to ``graphs`` each
+    time it compiles a graph (a first compile or a recompile)."""
+    from torch._dynamo.backends.registry import lookup_backend
+    inner = lookup_backend(name)
+
+    def backend(gm, example_inputs):
+        graphs.append(len(gm.graph.nodes))
+        return inner(gm, example_inputs)
+
+    return backend
 
 
 def section_compile(bench: Bench) -> None:
@@ -43,7 +58,10 @@ def section_compile(bench: Bench) -> None:
                 breaks.append(f'{label}: {out.graph_break_count} break(s)' + (
                     f' ({"; ".join(reasons[:2])})' if reasons else ''))
             dynamo.reset()
-            compiled = torch.compile(model, backend=bench.args.compile_backend)
+            graphs = []
+            compiled = torch.compile(
+                model,
+                backend=counting_backend(bench.args.compile_backend, graphs))
             opt = torch.optim.AdamW(
                 model.parameters(), lr=1e-4, fused=bench.device.type == 'cuda')
             start = time.perf_counter()
@@ -53,6 +71,7 @@ def section_compile(bench: Bench) -> None:
             eval_fn(bench, compiled, x)()
             bench.sync()
             compile_s = time.perf_counter() - start
+            first = len(graphs)
             times = bench.fastest(
                 {
                     'eager train': train_fn(bench, model, opt, x, y),
@@ -76,7 +95,9 @@ def section_compile(bench: Bench) -> None:
                 train_x=f'{tr:.2f}x faster',
                 eval_=fmt_rate(batch / times['compiled eval']),
                 eval_x=f'{ev:.2f}x faster',
-                note='; '.join(breaks) + f'; first compile {compile_s:.0f} s')
+                note='; '.join(breaks) + f'; first compile {compile_s:.0f} s'
+                f' ({first} graphs); recompiles while timed: '
+                f'{len(graphs) - first}')
             del model, compiled, opt
         except Exception as err:  # noqa: BLE001 -- reported in the row
             bench.failed('compile', case, join, err)
