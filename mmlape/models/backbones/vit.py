@@ -30,7 +30,8 @@ from mmlape.registry import POOLINGS, register_model
 from ..checkpoint import VIT, ViTSpec
 from ..layers.block import TransformerBlock
 from ..layers.parts import build_part
-from ..layers.pe_join import PEPlan, build_pe_join
+from ..layers.pe_join import build_pe_join
+from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed
