@@ -8,7 +8,7 @@ References:
 Everything the backbones (:class:`~mmlape.models.backbones.LaPEViT` and the
 backbones built on it, :class:`~mmlape.models.backbones.LaPESwin`) share is
 written here once: the eval-mode PE plan cache
-(:class:`~mmlape.models.layers.pe_join.PEPlanCache`, bypassed under
+(:class:`~mmlape.models.layers.pe_plan.PEPlanCache`, bypassed under
 ``torch.compile``), the checkpoint hooks (the ``load_state_dict`` pre-hook
 that fits a checkpoint, :meth:`LaPEBackbone.load_pretrained` for
 ``init_cfg=dict(type='Pretrained', ...)``; the checkpoint family of
@@ -25,7 +25,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from ..checkpoint import CheckpointFamily
-from ..layers.pe_join import PEPlan, PEPlanCache
+from ..layers.pe_plan import PEPlan, PEPlanCache
 from ..layers.weight_init import init_generic_weights
 
 __all__ = ['LaPEBackbone', 'parse_out_indices']
@@ -113,7 +113,7 @@ class LaPEBackbone(BaseModule):
         update bumps its version, a replaced tensor (a new ``Parameter``, a
         new ``.data``, ``.to()``) has other storage, whose address the
         cache keeps from being reused (see
-        :class:`~mmlape.models.layers.pe_join.PEPlanCache`). Writes through
+        :class:`~mmlape.models.layers.pe_plan.PEPlanCache`). Writes through
         ``.data`` bypass PyTorch's version counter, so nothing without a
         host read can see them; :meth:`train` and ``eval()`` empty the
         cache, which is what mmengine's loops (and EMA swaps before them)

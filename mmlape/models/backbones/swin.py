@@ -33,7 +33,8 @@ from torch import Tensor
 from mmlape.registry import register_model
 from ..checkpoint import SWIN, SwinSpec
 from ..layers.block import SwinBlock, WindowAttention, pad_grid
-from ..layers.pe_join import PEPlan, build_pe_join
+from ..layers.pe_join import build_pe_join
+from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import resize_pos_embed
 from .base import LaPEBackbone, parse_out_indices
 

@@ -14,7 +14,8 @@ backbone with different outputs; ViT-Adapter subclasses it. T2T-ViT, CeiT,
 ViT-Lite and CCT are this backbone with other parts: a tokenizer
 (:mod:`~mmlape.models.layers.tokenizers`), an FFN
 (:mod:`~mmlape.models.layers.ffn`) and a pooling
-(:mod:`~mmlape.models.layers.pooling`), each chosen by config. The only loop
+(:mod:`~mmlape.models.layers.pooling`), each chosen by config; the archs
+and the checks of these options are in :mod:`.vit_arch`. The only loop
 over encoder blocks is :meth:`LaPEViT.forward_blocks`.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -25,55 +26,20 @@ import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from torch import Tensor
 
-from mmlape.registry import PE_JOINS, POOLINGS, TOKENIZERS, register_model
+from mmlape.registry import POOLINGS, register_model
 from ..checkpoint import VIT, ViTSpec
 from ..layers.block import TransformerBlock
-from ..layers.parts import build_part, part_class
-from ..layers.pe_join import PEPlan, build_pe_join
-from ..layers.pooling import ClsTokenPool
+from ..layers.parts import build_part
+from ..layers.pe_join import build_pe_join
+from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed
 from .base import LaPEBackbone, parse_out_indices
+from .vit_arch import (LN6, VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, build_tokenizer,
+                       parse_vit_arch, per_layer, pooling_cfg, to_2tuple)
 
 __all__ = ['LaPEViT', 'PatchEmbed']
-
-#: Keys every arch has.
-ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
-#: Keys an arch may add: defaults of constructor arguments (``img_size``,
-#: ``tokenizer``, ``ffn``, ``pooling``, ``out_type``, ``with_cls_token``,
-#: ``pe_type``, ``qkv_bias``, ``norm_cfg``) and settings of the original
-#: model that have no argument of their own.
-ARCH_OPTIONS = ('img_size', 'tokenizer', 'ffn', 'pooling', 'out_type',
-                'with_cls_token', 'pe_type', 'qkv_bias', 'norm_cfg',
-                'qk_scale', 'norm2_in_residual', 'pos_embed_std',
-                'cls_token_std')
-
-_LN5 = dict(type='LN', eps=1e-5)
-_LN6 = dict(type='LN', eps=1e-6)
-
-
-def _to_2tuple(x: Union[int, Sequence[int]]) -> Tuple[int, int]:
-    if isinstance(x, int):
-        return (x, x)
-    x = tuple(int(v) for v in x)
-    if len(x) != 2:
-        raise ValueError(f'expected an int or a pair, got {x}')
-    return x
-
-
-def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
-    """Whether the join a config names keeps a class token (unknown types
-    are left to :func:`build_pe_join` to refuse)."""
-    if pe_join is None:
-        return True
-    join_type = pe_join if isinstance(pe_join,
-                                      str) else dict(pe_join).get('type')
-    if isinstance(join_type, type):
-        return getattr(join_type, 'allows_cls_token', True)
-    lookup = {k.lower(): v for k, v in PE_JOINS.module_dict.items()}
-    cls = lookup.get(str(join_type).lower())
-    return True if cls is None else cls.allows_cls_token
 
 
 @register_model()
@@ -90,7 +56,8 @@ class LaPEViT(LaPEBackbone):
             ``'test-tiny'`` (64 dims, 4 layers, for tests); or a dict with
             ``embed_dims``, ``num_layers``, ``num_heads``,
             ``feedforward_channels`` and optionally any of
-            :data:`ARCH_OPTIONS`. Defaults to ``'deit-tiny'``.
+            :data:`~mmlape.models.backbones.vit_arch.ARCH_OPTIONS`.
+            Defaults to ``'deit-tiny'``.
         img_size (int | tuple, optional): Pretraining size; sets the PE grid
             through the tokenizer. Defaults to 224.
         patch_size (int, optional): Patch side of the ``Patch`` tokenizer.
@@ -167,95 +134,8 @@ class LaPEViT(LaPEBackbone):
         torch.Size([2, 256])
     """
     #: What an option takes when neither its argument nor the arch sets it.
-    option_defaults = dict(
-        img_size=224,
-        pe_type='learnable',
-        out_type='cls_token',
-        with_cls_token=True,
-        qkv_bias=True)
-    arch_zoo = {
-        'deit-tiny':
-        dict(
-            embed_dims=192,
-            num_layers=12,
-            num_heads=3,
-            feedforward_channels=768),
-        'deit-small':
-        dict(
-            embed_dims=384,
-            num_layers=12,
-            num_heads=6,
-            feedforward_channels=1536),
-        'deit-base':
-        dict(
-            embed_dims=768,
-            num_layers=12,
-            num_heads=12,
-            feedforward_channels=3072),
-        # T2T module with Performer token layers; fixed 1D sinusoidal PE;
-        # no qkv bias; LayerNorm eps 1e-5.
-        't2t-vit-7':
-        dict(
-            embed_dims=256,
-            num_layers=7,
-            num_heads=4,
-            feedforward_channels=512,
-            tokenizer=dict(type='T2T', token_dims=64, attention='performer'),
-            pe_type='sincos1d',
-            qkv_bias=False,
-            norm_cfg=_LN5),
-        # Image-to-Tokens stem, LeFF in every block, LCA over the 12 class
-        # tokens.
-        'ceit-tiny':
-        dict(
-            embed_dims=192,
-            num_layers=12,
-            num_heads=3,
-            feedforward_channels=768,
-            tokenizer=dict(type='I2T', conv_channels=64, patch_size=4),
-            ffn=dict(type='LeFF', kernel_size=3),
-            out_type='pooled',
-            pooling=dict(type='LCA'),
-            norm_cfg=_LN6),
-        # Compact-Transformers: 4x4 patches (Kaiming-normal) on 32x32, the
-        # FFN residual from the normalised stream, no qkv bias, PE std 0.2,
-        # class token starting at zero.
-        'vit-lite-7/4':
-        dict(
-            embed_dims=256,
-            num_layers=7,
-            num_heads=4,
-            feedforward_channels=512,
-            img_size=32,
-            tokenizer=dict(
-                type='Patch', patch_size=4, weight_init='kaiming_normal'),
-            qkv_bias=False,
-            norm_cfg=_LN5,
-            norm2_in_residual=True,
-            pos_embed_std=0.2,
-            cls_token_std=0.),
-        # As ViT-Lite-7/4 with one 3x3 conv + max-pool tokenizer and
-        # sequence pooling instead of a class token.
-        'cct-7/3x1':
-        dict(
-            embed_dims=256,
-            num_layers=7,
-            num_heads=4,
-            feedforward_channels=512,
-            img_size=32,
-            tokenizer=dict(type='Conv', num_layers=1, kernel_size=3),
-            with_cls_token=False,
-            out_type='pooled',
-            pooling=dict(type='SeqPool'),
-            qkv_bias=False,
-            norm_cfg=_LN5,
-            norm2_in_residual=True,
-            pos_embed_std=0.2),
-        'test-tiny':
-        dict(
-            embed_dims=64, num_layers=4, num_heads=2,
-            feedforward_channels=256),
-    }
+    option_defaults = VIT_OPTION_DEFAULTS
+    arch_zoo = VIT_ARCH_ZOO
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
     checkpoint_family = VIT
 
@@ -287,7 +167,7 @@ class LaPEViT(LaPEBackbone):
                  pooling: Union[None, str, Dict] = None,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
-        self.arch_settings = arch = self._parse_arch(arch)
+        self.arch_settings = arch = parse_vit_arch(arch, self.arch_zoo)
 
         def pick(name, value, default):
             return value if value is not None else arch.get(name, default)
@@ -296,7 +176,7 @@ class LaPEViT(LaPEBackbone):
 
         self.embed_dims = arch['embed_dims']
         self.num_layers = arch['num_layers']
-        self.img_size = _to_2tuple(
+        self.img_size = to_2tuple(
             pick('img_size', img_size, defaults['img_size']))
         pe_type = pick('pe_type', pe_type, defaults['pe_type'])
         if pe_type not in PE_TYPES:
@@ -318,18 +198,19 @@ class LaPEViT(LaPEBackbone):
         self.interpolate_mode = interpolate_mode
         self.frozen_stages = frozen_stages
         self.with_cp = with_cp
-        norm_cfg = pick('norm_cfg', norm_cfg, _LN6)
+        norm_cfg = pick('norm_cfg', norm_cfg, LN6)
         qkv_bias = pick('qkv_bias', qkv_bias, defaults['qkv_bias'])
         self.pos_embed_std = arch.get('pos_embed_std', .02)
         self.cls_token_std = arch.get('cls_token_std', .02)
 
-        self.patch_embed = self._build_tokenizer(
+        self.patch_embed = build_tokenizer(
             pick('tokenizer', tokenizer, None), patch_size, patch_bias,
-            in_channels)
+            in_channels, self.embed_dims)
         self.patch_size = self.patch_embed.stride
         self.grid_size = tuple(self.patch_embed.out_grid(self.img_size))
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        pool_cfg = self._pooling_cfg(out_type, pooling, pe_join)
+        pool_cfg = pooling_cfg(out_type, pooling, arch.get('pooling'), pe_join,
+                               with_cls_token)
 
         self.pe_join = build_pe_join(
             pe_join,
@@ -362,7 +243,7 @@ class LaPEViT(LaPEBackbone):
             self.pos_embed = None
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        windows = self._per_layer(window_size, 'window_size')
+        windows = per_layer(window_size, self.num_layers, 'window_size')
         if any(windows) and (with_cls_token or pe_type == 'relative'):
             raise ValueError('window attention needs with_cls_token=False '
                              "and an absolute pe_type")
@@ -418,91 +299,7 @@ class LaPEViT(LaPEBackbone):
         self._freeze_stages()
 
     # ------------------------------------------------------------------
-    # construction helpers
-    def _parse_arch(self, arch: Union[str, Dict]) -> Dict:
-        if isinstance(arch, str):
-            if arch not in self.arch_zoo:
-                raise ValueError(f'Unknown arch={arch!r}; choose one of '
-                                 f'{sorted(self.arch_zoo)} or pass a dict')
-            return dict(self.arch_zoo[arch])
-        if not isinstance(arch, dict) or not set(ARCH_KEYS) <= set(arch):
-            raise ValueError(f'A custom arch must be a dict with keys '
-                             f'{sorted(ARCH_KEYS)}, got {arch!r}')
-        unknown = sorted(set(arch) - set(ARCH_KEYS) - set(ARCH_OPTIONS))
-        if unknown:
-            raise ValueError(f'Unknown arch key(s) {unknown}; an arch has '
-                             f'{sorted(ARCH_KEYS)} and may set '
-                             f'{sorted(ARCH_OPTIONS)}')
-        return dict(arch)
-
-    def _build_tokenizer(self, cfg: Union[None, str, Dict],
-                         patch_size: Optional[int], patch_bias: Optional[bool],
-                         in_channels: int) -> nn.Module:
-        """The tokenizer; ``patch_size``/``patch_bias`` set the ``Patch``
-        tokenizer's options and are refused for any other."""
-        cfg = dict(type='Patch') if cfg is None else cfg
-        cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
-        if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:
-            cfg.setdefault('patch_size', 16)
-            if patch_size is not None:
-                cfg['patch_size'] = patch_size
-            if patch_bias is not None:
-                cfg['bias'] = patch_bias
-        elif patch_size is not None or patch_bias is not None:
-            raise ValueError(
-                f'patch_size/patch_bias set the Patch tokenizer, but '
-                f'tokenizer.type={cfg["type"]!r}: give its options in '
-                f'tokenizer=dict(...)')
-        return build_part(
-            TOKENIZERS,
-            'tokenizer',
-            cfg,
-            in_channels=in_channels,
-            embed_dims=self.embed_dims)
-
-    def _pooling_cfg(self, out_type: str, pooling: Union[None, str, Dict],
-                     pe_join: Union[None, str, Dict]) -> Optional[Dict]:
-        """The pooling config of ``out_type``, checked against the join."""
-        if out_type == 'pooled':
-            cfg = pooling if pooling is not None else self.arch_settings.get(
-                'pooling')
-            if cfg is None:
-                raise ValueError(
-                    "out_type='pooled' needs pooling=dict(type=...); one of "
-                    f'{sorted(POOLINGS.module_dict)}')
-        elif pooling is not None:
-            raise ValueError(f'pooling={pooling!r} is used with '
-                             f"out_type='pooled', not out_type={out_type!r}")
-        else:
-            cfg = {'cls_token': 'ClsToken', 'avg_featmap': 'GAP'}.get(out_type)
-        if cfg is None:
-            return None
-        cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
-        cls = part_class(POOLINGS, 'pooling', cfg)
-        if cls.needs_cls_token and cls is not ClsTokenPool:
-            # (ClsToken's refusal is the join's own message.)
-            if not _join_allows_cls_token(pe_join):
-                join = pe_join if isinstance(pe_join,
-                                             str) else dict(pe_join)['type']
-                raise ValueError(
-                    f'pe_join.type={join!r} removes the class token, which '
-                    f'pooling.type={cfg["type"]!r} needs. '
-                    f'{cls.without_cls_token}.')
-            if not self.with_cls_token:
-                raise ValueError(f'pooling.type={cfg["type"]!r} needs '
-                                 f'with_cls_token=True')
-        return cfg
-
-    def _per_layer(self, value: Union[int, Sequence[int]],
-                   name: str) -> List[int]:
-        if isinstance(value, int):
-            return [value] * self.num_layers
-        value = [int(v or 0) for v in value]
-        if len(value) != self.num_layers:
-            raise ValueError(f'{name} has {len(value)} entries for '
-                             f'{self.num_layers} layers')
-        return value
-
+    # initialisation
     def _init_special_weights(self) -> None:
         """After the generic pass (see :meth:`_init_default_weights`): the
         arch's truncated normal for PE and class token (DeiT: 0.02;

@@ -37,7 +37,6 @@ from mmlape.registry import register_model
 from ..layers.adapter import (InteractionBlock, SpatialPriorModule,
                               deform_inputs, init_adapter_weights,
                               reset_deformable_attention)
-from ..layers.pe_join import MPVGJoin
 from .vit import LaPEViT
 
 __all__ = ['LaPEViTAdapter']
@@ -177,10 +176,11 @@ class LaPEViTAdapter(LaPEViT):
             raise ValueError('ViT-Adapter aligns the ViT with a 1/16 '
                              f'pyramid level: patch_size must be 16, got '
                              f'{patch_size}')
-        if isinstance(self.pe_join, MPVGJoin) and not final_norm:
+        if self.pe_join.adds_pe_at_final_norm and not final_norm:
+            join = self.pe_join.name
             raise ValueError(
-                "pe_join.type='MPVG' with final_norm=False: ViT-Adapter has "
-                "no final ViT norm, so MPVG's last-norm term needs "
+                f'pe_join.type={join!r} with final_norm=False: ViT-Adapter '
+                f"has no final ViT norm, so {join}'s last-norm term needs "
                 "final_norm=True (LN(x_L) + LN'_last(pos_0) on the ViT "
                 "feature of the pyramid). To fine-tune an MPVG checkpoint "
                 "with its layer-wise join only, use pe_join='PVG'.")

@@ -3,9 +3,11 @@ from .ffn import LeFF
 from .mmcv_amp import (MMCV_FLOAT32_OPS, float32_autograd_function,
                        install_float32_mmcv_ops)
 from .parts import build_part, part_names
-from .pe_join import (BasePEJoin, DefaultJoin, LaPEJoin, LayerPE, MPVGJoin,
-                      PEPlan, PEPlanCache, PVGJoin, ShareJoin, UnshareJoin,
-                      build_pe_join, pe_join_classes, pe_join_names)
+from .pe_join import (DefaultJoin, LaPEJoin, MPVGJoin, PVGJoin, ShareJoin,
+                      UnshareJoin, build_pe_join, pe_join_classes,
+                      pe_join_names)
+from .pe_join_base import BasePEJoin
+from .pe_plan import LayerPE, PEPlan, PEPlanCache
 from .pooling import BasePooling, ClsTokenPool, GAPPool, LCAPool, SeqPool
 from .pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                         resize_pos_embed)

@@ -16,7 +16,7 @@ The FFN is a registered part (``ffn=dict(type='MLP' | 'LeFF')``, see
 :mod:`mmlape.models.layers.ffn`).
 
 The block knows nothing about PE joins. It takes the per-layer PE bundle
-that a join decides (:class:`~mmlape.models.layers.pe_join.LayerPE`, the
+that a join decides (:class:`~mmlape.models.layers.pe_plan.LayerPE`, the
 same for every block type): ``pe.attn``, added to ``norm1(x)`` only (it
 never enters the residual stream or the MLP), and ``pe.bias``, added to the
 attention logits.
@@ -35,7 +35,7 @@ from torch import Tensor
 from mmlape.registry import FFNS
 from .ffn import Mlp
 from .parts import build_part
-from .pe_join import LayerPE
+from .pe_plan import LayerPE
 
 __all__ = [
     'Attention', 'Mlp', 'TransformerBlock', 'relative_position_index',
@@ -218,7 +218,7 @@ class TransformerBlock(nn.Module):
             Compact-Transformers). Defaults to False.
 
     Example:
-        >>> from mmlape.models.layers.pe_join import LayerPE
+        >>> from mmlape.models.layers.pe_plan import LayerPE
         >>> blk = TransformerBlock(64, 2, 256)
         >>> pe = LayerPE(attn=torch.randn(1, 17, 64))
         >>> blk(torch.randn(2, 17, 64), pe=pe).shape
@@ -451,7 +451,7 @@ class SwinBlock(nn.Module):
     ``y = x' + DP(MLP(norm2(x')))``. ``pe.attn`` (the join's, on the
     block's grid) is added before the window padding, shift and partition,
     so they apply to it as to the tokens; the block takes the same PE
-    bundle (:class:`~mmlape.models.layers.pe_join.LayerPE`) as the ViT's,
+    bundle (:class:`~mmlape.models.layers.pe_plan.LayerPE`) as the ViT's,
     without a logits bias (the window's relative bias is its own). A join
     that needs a PE norm attaches it as ``pe_norm``.
 

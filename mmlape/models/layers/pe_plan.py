@@ -1,0 +1,138 @@
+"""The PE plan: what a join hands a backbone for one forward pass.
+
+A join (:mod:`~mmlape.models.layers.pe_join`) turns the raw position
+embedding into a :class:`PEPlan`; the backbone runs it, giving each block
+its :class:`LayerPE` bundle (``blk(x, hw, pe)``). A plan depends on the
+weights and on the patch grid, never on the image, so in eval mode the
+backbone computes it once per grid and reuses it (:class:`PEPlanCache`). A
+staged backbone moves a PE across a stage boundary with a :data:`CarryFn`
+hook that it hands the join. The equations of every join, in the code's
+names: docs/methods.md.
+"""
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, List, NamedTuple, Optional, Sequence
+
+from torch import Tensor
+
+__all__ = ['CarryFn', 'LayerPE', 'PEPlan', 'PEPlanCache']
+
+#: ``carry(pe, stage)``: a staged backbone's hook that moves a PE
+#: ``(1, N_{s-1}, C_{s-1})`` on stage ``s - 1``'s grid across the boundary
+#: into stage ``s`` (``(1, N_s, C_s)``), as the tokens cross it.
+CarryFn = Callable[[Tensor, int], Tensor]
+
+
+class LayerPE(NamedTuple):
+    """What one encoder layer receives from a plan: the per-layer PE bundle
+    that every block type (:class:`~mmlape.models.layers.TransformerBlock`,
+    Swin's block) takes as ``blk(x, hw, pe)``.
+
+    Attributes:
+        attn (Tensor, optional): ``(1, N', C)``, added to the attention
+            input ``norm1(x)`` only.
+        bias (Tensor, optional): ``(1, heads, N', N')``, added to the
+            attention logits (relative PE).
+    """
+    attn: Optional[Tensor] = None
+    bias: Optional[Tensor] = None
+
+
+@dataclass
+class PEPlan:
+    """What the position embedding contributes to one forward pass.
+
+    For layer ``l`` the backbone computes
+    ``x = x + residual[l]`` and then
+    ``x = x + MSA(norm1(x) + attn[l], bias=bias[l]) ...`` (see
+    :class:`~mmlape.models.layers.TransformerBlock`). ``None`` means nothing
+    is added. On a staged backbone ``N'`` and ``C`` are those of the layer's
+    stage, and ``final`` is on the last stage's grid.
+
+    Attributes:
+        input (Tensor, optional): ``(1, N', C)`` added to the tokens before
+            layer 0.
+        residual (list[Tensor | None]): ``(1, N', C)`` per layer, added to
+            the residual stream before that layer.
+        attn (list[Tensor | None]): ``(1, N', C)`` per layer, added to the
+            attention input ``norm1(x)`` only.
+        bias (list[Tensor | None]): ``(1, heads, N', N')`` per layer, added
+            to the attention logits (relative PE).
+        final (Tensor, optional): ``(1, N', C)`` added after the final norm.
+        final_mean (Tensor, optional): ``(1, C)``, the mean of ``final``
+            over the patch tokens: what ``final`` adds to a globally
+            average-pooled output. Set whenever ``final`` is.
+    """
+    num_layers: int
+    input: Optional[Tensor] = None
+    residual: List[Optional[Tensor]] = field(default_factory=list)
+    attn: List[Optional[Tensor]] = field(default_factory=list)
+    bias: List[Optional[Tensor]] = field(default_factory=list)
+    final: Optional[Tensor] = None
+    final_mean: Optional[Tensor] = None
+
+    def __post_init__(self) -> None:
+        for name in ('residual', 'attn', 'bias'):
+            if not getattr(self, name):
+                setattr(self, name, [None] * self.num_layers)
+
+    def layer(self, index: int) -> LayerPE:
+        """What layer ``index``'s block takes (the residual term is added
+        to the stream before the block, by the backbone's loop)."""
+        return LayerPE(self.attn[index], self.bias[index])
+
+
+class PEPlanCache:
+    """Eval-mode cache of PE plans, one per input grid.
+
+    A plan depends on the PE weights and the patch grid only. The cache
+    keeps the ``size`` most recently used grids and rebuilds a plan when a
+    weight it depends on has changed: an in-place update bumps the tensor's
+    version, and a replaced tensor has other storage (an entry keeps the
+    storages it was built from alive, so no new tensor can take their
+    address). It never needs clearing for correctness, so switching
+    between train and eval mode keeps the plans of unchanged weights.
+
+    Args:
+        size (int): Grids kept. Defaults to 8.
+
+    Example:
+        >>> import torch
+        >>> from mmlape.models.layers.pe_join import build_pe_join
+        >>> join = build_pe_join('LaPE', num_layers=1, embed_dims=8,
+        ...                      with_cls_token=False)
+        >>> pos, norms = torch.randn(1, 4, 8), [join.build_layer_norm(0)]
+        >>> cache = PEPlanCache()
+        >>> build = lambda: join.plan(pos, None, norms)
+        >>> cache.get((2, 2), [pos], build) is cache.get((2, 2), [pos], build)
+        True
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._plans: OrderedDict = OrderedDict()
+
+    def get(self, key: Hashable, tensors: Sequence[Tensor],
+            build: Callable[[], PEPlan]) -> PEPlan:
+        """The cached plan of ``key`` if ``tensors`` are unchanged, else
+        ``build()`` (then cached)."""
+        hit = self._plans.get(key)
+        if hit is not None and len(hit[0]) == len(tensors) and all(
+                held.data_ptr() == t.data_ptr() and version == t._version
+                for (held, version), t in zip(hit[0], tensors)):
+            self._plans.move_to_end(key)
+            return hit[1]
+        plan = build()
+        # detach() shares the storage (keeping its address taken) and
+        # copies nothing; the version is the one the plan was built from.
+        self._plans[key] = ([(t.detach(), t._version) for t in tensors], plan)
+        self._plans.move_to_end(key)
+        if len(self._plans) > self.size:
+            self._plans.popitem(last=False)
+        return plan
+
+    def clear(self) -> None:
+        self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
