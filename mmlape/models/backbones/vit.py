@@ -169,10 +169,21 @@ class LaPEViT(LaPEBackbone):
     #: What an option takes when neither its argument nor the arch sets it.
     option_defaults = dict(
         img_size=224,
+        patch_size=16,
         pe_type='learnable',
         out_type='cls_token',
         with_cls_token=True,
-        qkv_bias=True)
+        qkv_bias=True,
+        norm_cfg=_LN6)
+    #: The arguments that change the parameter layout or what the model
+    #: computes: a checkpoint saved with other values is another model's
+    #: (:func:`mmlape.apis.backbone_differences`).
+    STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
+                          'patch_bias', 'tokenizer', 'pe_type', 'pe_join',
+                          'with_cls_token', 'out_type', 'out_indices',
+                          'final_norm', 'qkv_bias', 'norm_cfg',
+                          'layer_scale_init_value', 'window_size', 'ffn',
+                          'pooling')
     arch_zoo = {
         'deit-tiny':
         dict(
@@ -318,7 +329,7 @@ class LaPEViT(LaPEBackbone):
         self.interpolate_mode = interpolate_mode
         self.frozen_stages = frozen_stages
         self.with_cp = with_cp
-        norm_cfg = pick('norm_cfg', norm_cfg, _LN6)
+        norm_cfg = pick('norm_cfg', norm_cfg, defaults['norm_cfg'])
         qkv_bias = pick('qkv_bias', qkv_bias, defaults['qkv_bias'])
         self.pos_embed_std = arch.get('pos_embed_std', .02)
         self.cls_token_std = arch.get('cls_token_std', .02)
@@ -443,7 +454,7 @@ class LaPEViT(LaPEBackbone):
         cfg = dict(type='Patch') if cfg is None else cfg
         cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
         if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:
-            cfg.setdefault('patch_size', 16)
+            cfg.setdefault('patch_size', self.option_defaults['patch_size'])
             if patch_size is not None:
                 cfg['patch_size'] = patch_size
             if patch_bias is not None:
