@@ -1,13 +1,11 @@
 """Distributed runs on machines without CUDA.
 
-mmengine's pytorch and slurm launchers (``mmengine.dist.init_dist``) call
-``torch.cuda.set_device``, default to nccl and wrap DDP with
-``device_ids=[LOCAL_RANK]``. Without CUDA, :func:`setup_cpu_distributed`
-initialises the process group with gloo itself and sets ``device_ids=None``
-(mmengine's ``Runner.setup_env`` then finds it initialised, and
-``Runner.wrap_model`` takes ``model_wrapper_cfg``), so
-``tools/dist_train.sh`` runs N CPU processes and ``tools/slurm_train.sh``
-runs on CPU nodes.
+mmengine's launchers (``mmengine.dist.init_dist``) call
+``torch.cuda.set_device`` and wrap DDP with ``device_ids=[LOCAL_RANK]``.
+Without CUDA, :func:`setup_cpu_distributed` initialises the process group
+with gloo itself (``Runner.setup_env`` then finds it initialised) and sets
+``device_ids=None``, so ``tools/dist_train.sh`` and ``tools/slurm_train.sh``
+run on CPUs too.
 """
 import datetime
 import os
@@ -26,18 +24,12 @@ __all__ = ['setup_cpu_distributed', 'slurm_to_torch_env']
 def setup_cpu_distributed(cfg: Config) -> bool:
     """Prepare a distributed run on CPU; a no-op when CUDA is available.
 
-    The CPU path is taken only where the machine has no NVIDIA GPU, or where
-    ``MMLAPE_ALLOW_CPU=1`` asks for it: a GPU that torch cannot use stops
-    the run (:func:`~mmlape.utils.device.require_usable_gpu`).
-
-    Args:
-        cfg (Config): The run's config; ``cfg.launcher`` must be set.
+    The CPU path is taken only where the machine has no NVIDIA GPU, or
+    where ``MMLAPE_ALLOW_CPU=1`` asks for it
+    (:func:`~mmlape.utils.device.require_usable_gpu`).
 
     Returns:
         bool: Whether the CPU (gloo) path was taken.
-
-    Raises:
-        CudaUnusableError: An NVIDIA GPU is here and torch cannot use it.
     """
     if cfg.get('launcher', 'none') == 'none' or torch.cuda.is_available():
         return False
@@ -58,31 +50,23 @@ def setup_cpu_distributed(cfg: Config) -> bool:
             rank=int(os.environ['RANK']),
             world_size=int(os.environ['WORLD_SIZE']),
             timeout=timeout)
-    wrapper = dict(cfg.get('model_wrapper_cfg') or {})
-    wrapper.setdefault('type', 'MMDistributedDataParallel')
-    wrapper.setdefault('broadcast_buffers', False)
-    wrapper.setdefault('find_unused_parameters',
-                       cfg.get('find_unused_parameters', False))
-    wrapper['device_ids'] = None
-    cfg.model_wrapper_cfg = wrapper
+    cfg.model_wrapper_cfg = {
+        'type': 'MMDistributedDataParallel',
+        'broadcast_buffers': False,
+        'find_unused_parameters': cfg.get('find_unused_parameters', False),
+        **(cfg.get('model_wrapper_cfg') or {}), 'device_ids': None
+    }
     return True
 
 
 def slurm_to_torch_env(port=None) -> None:
     """Set torch's rendezvous variables from those of a Slurm task, as
-    mmengine's slurm launcher does before it calls ``torch.cuda``.
-
-    ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` from ``SLURM_PROCID``,
-    ``SLURM_NTASKS``, ``SLURM_LOCALID``; ``MASTER_ADDR`` (unless set) from
-    the first host of ``SLURM_NODELIST``; ``MASTER_PORT`` from ``port``, the
-    environment, or 29500.
-
-    Args:
-        port (int, optional): ``env_cfg.dist_cfg.port``. Defaults to None.
+    mmengine's slurm launcher does before it calls ``torch.cuda``:
+    ``MASTER_ADDR`` (unless set) is the first host of ``SLURM_NODELIST``,
+    ``MASTER_PORT`` is ``port``, else the environment's, else 29500.
 
     Raises:
-        UsageError: A Slurm variable is missing (not inside ``srun``), or
-            ``scontrol`` names no host.
+        UsageError: Not inside ``srun``, or ``scontrol`` names no host.
     """
     env = os.environ
     missing = [

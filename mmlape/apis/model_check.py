@@ -1,12 +1,12 @@
 """The model a checkpoint records, against the config of a run.
 
 mmengine saves a run's config text in a checkpoint (``meta['cfg']``).
-:func:`recorded_model` reads its ``model`` without running the text, and
-:func:`backbone_differences` compares the recorded backbone with this
-run's: the backbone type, then every option its class declares in
-``STRUCTURAL_OPTIONS`` (those that change the parameter layout or what the
-model computes), each filled in as the class fills it in (the argument,
-else the arch's setting, else the class's default).
+:func:`recorded_model` reads its ``model`` without running the text;
+:func:`backbone_differences` compares the recorded backbone with this run's:
+the type, then the options its class declares in ``STRUCTURAL_OPTIONS``
+(those that change the parameter layout or what the model computes), each
+filled in as the class fills it in: the argument, else the arch's setting,
+else the class's default.
 """
 import ast
 import inspect
@@ -44,17 +44,11 @@ _ADVICE = ('Use a checkpoint saved with this config (to initialise from '
            'init_cfg instead).')
 
 
-class _Opaque:
-    """A config value that is not a literal; compared by its source."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _Opaque) and other.source == self.source
+class _Opaque(str):
+    """A config value that is not a literal: its source text."""
 
     def __repr__(self) -> str:
-        return self.source
+        return str(self)
 
 
 def _literal(node: ast.AST) -> Any:
@@ -82,17 +76,9 @@ def _literal(node: ast.AST) -> Any:
 
 
 def recorded_model(meta_cfg: Any) -> Optional[dict]:
-    """The ``model`` dict of the config a checkpoint records
-    (``meta['cfg']``, the config's text), read without running it.
-
-    Only literals, lists, tuples and ``dict(...)`` are evaluated; any other
-    expression is kept as its source text.
-
-    Args:
-        meta_cfg: ``checkpoint['meta']['cfg']``.
-
-    Returns:
-        dict | None: The model config, or None when there is none to read.
+    """The ``model`` dict of the config text a checkpoint records
+    (``meta['cfg']``), or None. Only literals, lists, tuples and
+    ``dict(...)`` are evaluated; any other expression stays as its text.
 
     Example:
         >>> recorded_model("model = dict(backbone=dict(type='LaPEViT'))")
@@ -111,40 +97,34 @@ def recorded_model(meta_cfg: Any) -> Optional[dict]:
     return None
 
 
-def _signature_default(cls: type, name: str) -> Any:
-    """The default of ``cls``'s argument ``name`` (None if it has none)."""
+def _defaults(cls: type) -> Dict[str, Any]:
+    """The defaults of ``cls``'s constructor, its bases' included."""
+    out: Dict[str, Any] = {}
     for klass in cls.__mro__:
-        init = klass.__dict__.get('__init__')
-        param = inspect.signature(init).parameters.get(name) if init else None
-        if param is not None and param.default is not param.empty:
-            return param.default
-    return None
+        if '__init__' in vars(klass) and klass.__module__.startswith('mmlape'):
+            for name, param in inspect.signature(
+                    klass.__init__).parameters.items():
+                if param.default is not param.empty:
+                    out.setdefault(name, param.default)
+    return out
 
 
 def _part_cfg(kind: str, cfg: Any) -> Any:
-    """A part's config with its type's registered name and every option of
-    the type that has a default (a join's context arguments left out)."""
+    """A part's config with its type's registered name and every option's
+    value (defaults filled in; a join's context arguments left out)."""
     registry, none_type = _PARTS[kind]
-    cfg = dict(type=none_type if cfg is None else cfg) if not isinstance(
-        cfg, dict) else dict(cfg)
+    cfg = dict(cfg) if isinstance(cfg, dict) else dict(
+        type=none_type if cfg is None else cfg)
     lookup = {k.lower(): (k, v) for k, v in registry.module_dict.items()}
     name, cls = lookup.get(str(cfg.get('type')).lower(), (None, None))
     if cls is None:
         return cfg
+    context = inspect.signature(BasePEJoin.__init__).parameters
     out = dict(type=name)
-    skip = set(inspect.signature(BasePEJoin.__init__).parameters)
-    for klass in cls.__mro__:
-        if klass.__dict__.get('__init__') is None or klass.__module__ in (
-                'torch.nn.modules.module', 'mmengine.model.base_module'):
-            continue
-        for pname, param in inspect.signature(
-                klass.__init__).parameters.items():
-            if (pname not in out and param.default is not param.empty
-                    and (kind != 'pe_join' or pname not in skip)):
-                out[pname] = cfg.get(pname, param.default)
-    for key, value in cfg.items():  # options the type does not know
-        out.setdefault(key, value)
-    return out
+    for key, value in _defaults(cls).items():
+        if kind != 'pe_join' or key not in context:
+            out[key] = cfg.get(key, value)
+    return dict(out, **{k: v for k, v in cfg.items() if k not in out})
 
 
 def _arch_settings(cls: type, arch: Any) -> dict:
@@ -166,22 +146,15 @@ def _tuples(value: Any) -> Any:
     return value
 
 
-def _describe_backbone(cls: Optional[type], backbone: dict,
-                       options: Tuple[str, ...]) -> Dict[str, tuple]:
-    """``option -> (value to show, value to compare)``, each filled in as
-    ``cls`` fills it in: the argument, else the arch's, else the class's
-    default."""
-    arch = backbone.get('arch', _MISSING)
-    if arch is _MISSING and cls is not None:
-        arch = _signature_default(cls, 'arch')
-    settings = _arch_settings(cls, arch) if cls else {}
+def _describe(cls: Optional[type], backbone: dict,
+              options: Tuple[str, ...]) -> Dict[str, tuple]:
+    """``option -> (value to show, value to compare)``."""
+    defaults = _defaults(cls) if cls else {}
+    given = dict(defaults, **backbone) if cls else backbone
+    settings = _arch_settings(cls, given.get('arch')) if cls else {}
     out = {}
-    for name in options:
-        value = backbone.get(name, _MISSING)
-        if value is _MISSING and cls is None:
-            continue
-        if value is _MISSING:
-            value = _signature_default(cls, name)
+    for name in (n for n in options if n in given or n in defaults):
+        value = given.get(name)
         if value is None and cls is not None:
             value = settings.get(name,
                                  getattr(cls, 'option_defaults', {}).get(name))
@@ -206,16 +179,11 @@ def _show(value: Any) -> str:
 
 def backbone_differences(recorded: dict,
                          current: dict) -> List[Tuple[str, str, str]]:
-    """The options in which two backbone configs differ: the type, else the
-    class's ``STRUCTURAL_OPTIONS`` (:data:`COMPARED_FIELDS` for a class
-    that declares none), defaults filled in from the class.
-
-    Args:
-        recorded (dict): The backbone config a checkpoint records.
-        current (dict): The backbone config of this run.
-
-    Returns:
-        list: ``(option, recorded value, current value)``, as text.
+    """The options in which two backbone configs differ, as
+    ``(option, recorded value, current value)`` texts: the type alone if it
+    differs, else those of the class's ``STRUCTURAL_OPTIONS``
+    (:data:`COMPARED_FIELDS` for a class that declares none), defaults
+    filled in from the class.
 
     Example:
         >>> backbone_differences(
@@ -233,8 +201,7 @@ def backbone_differences(recorded: dict,
     except KeyError:
         cls = None
     options = tuple(getattr(cls, 'STRUCTURAL_OPTIONS', COMPARED_FIELDS[1:]))
-    theirs = _describe_backbone(cls, recorded, options)
-    ours = _describe_backbone(cls, current, options)
+    theirs, ours = (_describe(cls, b, options) for b in (recorded, current))
     return [
         (name, _show(theirs[name][0]), _show(ours[name][0]))
         for name in options
@@ -261,27 +228,23 @@ def check_checkpoint_fits(model: torch.nn.Module,
                           cfg: Optional[Config] = None) -> dict:
     """Refuse a checkpoint of another model than ``model``.
 
-    When ``cfg`` is given and the checkpoint records its config
-    (``meta['cfg']``, as mmengine saves it), the backbones must agree in
-    type and structural options (:func:`backbone_differences`); then, and
-    for a checkpoint without a recorded config, the weights must match
-    ``model``'s keys and shapes exactly.
+    With ``cfg`` and a checkpoint that records its config, the backbones
+    must not differ (:func:`backbone_differences`); then the weights must
+    match ``model``'s keys and shapes exactly.
 
     Args:
         model (nn.Module): The built model.
         filename (str): The checkpoint.
-        purpose (str): What the checkpoint is for, to start the message
-            (``'--resume'``, ``'checkpoint'``).
+        purpose (str): What it is for, to start the message (``'--resume'``).
         cfg (Config, optional): The run's config. Defaults to None.
 
     Returns:
-        dict: The checkpoint's state dict (read safely), so that a caller
-        need not read the file again.
+        dict: The checkpoint's state dict (read safely).
 
     Raises:
-        CheckpointError: The file cannot be read (names it and the reason),
-            or is another model's: names each differing option with both
-            values, or lists missing, unexpected and mismatched keys.
+        CheckpointError: The file cannot be read, or is another model's: one
+            line naming each differing option with both values, or the
+            missing, unexpected and mismatched keys.
     """
     if not os.path.isfile(filename):
         raise CheckpointError(
@@ -291,53 +254,50 @@ def check_checkpoint_fits(model: torch.nn.Module,
     except CheckpointError as err:
         raise type(err)(f'{purpose}: {err}') from None
     recorded, backbone = _recorded_backbone(ckpt), _cfg_backbone(cfg)
-    diffs = backbone_differences(recorded, backbone) if (
-        recorded is not None and backbone is not None) else []
-    if diffs:
+    if recorded is not None and backbone is not None:
         parts = '; '.join(f'model.backbone.{field} is {theirs} there but '
                           f'{ours} in this config'
-                          for field, theirs, ours in diffs)
-        raise CheckpointError(f'{purpose}: "{filename}" was saved from '
-                              f'another model: {parts}. {_ADVICE}')
+                          for field, theirs, ours in backbone_differences(
+                              recorded, backbone))
+        if parts:
+            raise CheckpointError(f'{purpose}: "{filename}" was saved from '
+                                  f'another model: {parts}. {_ADVICE}')
     state = unwrap_state_dict(ckpt)
     own = getattr(model, 'module', model).state_dict()
-    problems = dict(
-        missing=[k for k in own if k not in state],
-        unexpected=[k for k in state if k not in own])
-    problems['shape mismatch'] = [
-        f'{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}' for k in own
-        if k in state and tuple(state[k].shape) != tuple(own[k].shape)
-    ]
-    parts = [
-        f'{len(keys)} {label} (e.g. {keys[:3]})'
-        for label, keys in problems.items() if keys
-    ]
+    problems = {
+        'missing': [k for k in own if k not in state],
+        'unexpected': [k for k in state if k not in own],
+        'shape mismatch': [
+            f'{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}'
+            for k in own
+            if k in state and tuple(state[k].shape) != tuple(own[k].shape)
+        ]
+    }
+    parts = '; '.join(f'{len(keys)} {label} (e.g. {keys[:3]})'
+                      for label, keys in problems.items() if keys)
     if parts:
         raise CheckpointError(f'{purpose}: "{filename}" is a checkpoint of '
-                              f'another model: {"; ".join(parts)}. {_ADVICE}')
+                              f'another model: {parts}. {_ADVICE}')
     return state
 
 
 def note_finetune_sources(cfg: Config) -> None:
-    """Log a note for each weight source (``load_from``, a backbone's
-    ``init_cfg=dict(type='Pretrained', prefix='backbone.')``) saved from
-    another backbone.
+    """Log a note for each weight source saved from another backbone:
+    ``load_from``, and a backbone ``init_cfg=dict(type='Pretrained',
+    prefix='backbone.')``.
 
     Fine-tuning may start from another model (an MPVG checkpoint initialises
-    a PVG ViT-Adapter; an ImageNet ViT a 512x512 Segmenter), so this is not
-    refused: the differing options are logged, and the loader logs the keys
-    that do not fit. The checkpoint's file is checked (and refused as
-    :func:`~mmlape.utils.safe_load.safe_torch_load` refuses it); only its
-    ``meta`` is read (tensors are memory-mapped, not loaded).
+    a PVG ViT-Adapter), so this is not refused. Only the file's ``meta`` is
+    read (tensors are memory-mapped).
 
     Raises:
         CheckpointError: A source cannot be read; names where it is set.
     """
-    backbone = _cfg_backbone(cfg)
-    init = (backbone or {}).get('init_cfg')
-    sources = []
-    if cfg.get('load_from') and not cfg.get('resume') and backbone:
-        sources.append(('load_from', cfg.load_from))
+    backbone = _cfg_backbone(cfg) or {}
+    init = backbone.get('init_cfg')
+    sources = [
+        ('load_from', cfg.load_from)
+    ] if (cfg.get('load_from') and not cfg.get('resume') and backbone) else []
     if (isinstance(init, dict) and init.get('type') == 'Pretrained'
             and init.get('checkpoint')
             and init.get('prefix') in ('backbone.', 'backbone')):
@@ -350,13 +310,12 @@ def note_finetune_sources(cfg: Config) -> None:
         except CheckpointError as err:
             raise type(err)(f'{where}: {err}') from None
         recorded = _recorded_backbone(ckpt)
-        diffs = backbone_differences(recorded, backbone) if recorded else []
-        if diffs:
-            text = '; '.join(f'{field} {theirs} there, {ours} here'
-                             for field, theirs, ours in diffs)
+        text = '; '.join(
+            f'{field} {theirs} there, {ours} here' for field, theirs, ours in (
+                backbone_differences(recorded, backbone) if recorded else []))
+        if text:
             print_log(
                 f'{where}: "{filename}" was saved from another backbone '
-                f'({text}); its weights initialise this one for '
-                f'fine-tuning (keys that do not fit are logged as it '
-                f'loads)',
+                f'({text}); its weights initialise this one for fine-tuning '
+                f'(keys that do not fit are logged as it loads)',
                 logger='current')

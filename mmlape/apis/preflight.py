@@ -28,14 +28,9 @@ class UsageError(ConfigError):
 
 
 def register_scope_modules(cfg: Config) -> str:
-    """Make the modules of the config's ``default_scope`` library findable.
-
-    The host library's registries name the packages of their modules
-    (``locations``); mmengine imports them when a registry is first asked,
-    so importing the scope's ``registry`` is all it takes.
-
-    Returns:
-        str: The scope (``mmpretrain``, ``mmdet`` or ``mmseg``).
+    """Make the modules of the config's ``default_scope`` library findable
+    and return the scope: its registries name their packages
+    (``locations``), which mmengine imports when first asked.
 
     Raises:
         UsageError: When the config names no known scope.
@@ -68,21 +63,17 @@ def _dataset_cfgs(cfg: Config, phases) -> Iterator[Tuple[str, dict]]:
 
 
 def _is_blank(path: str, limit: int = 1 << 16) -> bool:
-    """Whether a file is empty or only white space (a file over ``limit``
-    bytes is not read, and not blank)."""
-    size = os.path.getsize(path)
-    if size > limit:
+    """Whether a file of at most ``limit`` bytes is only white space."""
+    if os.path.getsize(path) > limit:
         return False
     with open(path, 'rb') as f:
         return not f.read().strip()
 
 
 def check_dataset_paths(cfg: Config, phases=_ALL_PHASES) -> None:
-    """Fail early, and clearly, when a dataset path does not exist.
-
-    Checks ``data_root``, ``ann_file`` (which must not be empty either) and
-    the folders of ``data_prefix`` of every dataset (wrappers included) of
-    the given phases.
+    """Fail early, and clearly, when a dataset path of the phases does not
+    exist: ``data_root``, ``ann_file`` (not empty either) and the folders of
+    ``data_prefix`` of every dataset, wrappers included.
 
     Raises:
         UsageError: Names the config key and the missing path.
@@ -136,16 +127,10 @@ def check_work_dir(work_dir: str) -> None:
 
 def use_checked_image_loading(cfg: Config,
                               phases: Sequence[str] = _ALL_PHASES) -> int:
-    """Load images with mmlape's ``CheckedLoadImageFromFile``, which names
-    a missing or corrupt image (:mod:`mmlape.datasets.transforms`).
-
-    Replaces every ``LoadImageFromFile`` step (mmcv's, which all three host
-    libraries use) of the given phases' dataset pipelines; the steps'
-    arguments stay.
-
-    Returns:
-        int: How many steps were replaced.
-    """
+    """Replace every ``LoadImageFromFile`` step (mmcv's, which all three
+    host libraries use) of the phases' pipelines by mmlape's
+    ``CheckedLoadImageFromFile``, which names a missing or corrupt image;
+    return how many were replaced."""
     replaced = 0
 
     def visit(node: Any) -> None:
@@ -189,29 +174,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+_EXPECTS = ((bool, lambda v: isinstance(v, bool),
+             'true or false'), (int, lambda v: type(v) is int,
+                                'an integer'), (float, _is_number, 'a number'),
+            (dict, lambda v: isinstance(v, dict), 'a dict'))
+
+
 def _option_value(key: str, old: Any, new: Any) -> Any:
     """``new`` checked against the type of the value it replaces."""
     if old is _MISSING or old is None or new is None:
         return new
-    problem = None
-    if isinstance(old, bool):
-        if not isinstance(new, bool):
-            problem = f'expects true or false (the config has {old})'
-    elif isinstance(old, int):
-        if isinstance(new, float) and new.is_integer():
-            new = int(new)
-        if not _is_number(new) or isinstance(new, float):
-            problem = f'expects an integer (the config has {old})'
-    elif isinstance(old, float):
-        if not _is_number(new):
-            problem = f'expects a number (the config has {old})'
-    elif isinstance(old, str):
-        if _is_number(new):
-            new = str(new)
-    elif isinstance(old, dict) and not isinstance(new, dict):
-        problem = 'expects a dict (the config has one there)'
-    if problem:
-        raise ConfigError(f'--cfg-options {key}={new!r}: {problem}')
+    if type(old) is int and isinstance(new, float) and new.is_integer():
+        new = int(new)
+    if isinstance(old, str) and _is_number(new):
+        return str(new)
+    for kind, fits, what in _EXPECTS:
+        if isinstance(old, kind):
+            if not fits(new):
+                has = 'one there' if kind is dict else old
+                raise ConfigError(f'--cfg-options {key}={new!r}: expects '
+                                  f'{what} (the config has {has})')
+            break
     return new
 
 

@@ -46,20 +46,10 @@ def _checkpoint_naming(cfg: Config) -> Tuple[str, str]:
 
 
 def find_resume_checkpoint(cfg: Config) -> Optional[str]:
-    """The newest complete checkpoint to resume ``cfg``'s run from.
-
-    Looks at the files named by the checkpoint hook's ``filename_tmpl``
-    (``iter_{}.pth`` / ``epoch_{}.pth``) in its directory and picks the
-    highest step among the complete ones, whatever ``last_checkpoint``
-    says; an incomplete file is skipped. When none is found, the file
-    ``last_checkpoint`` names is used if it is complete.
-
-    Args:
-        cfg (Config): The run's config (``work_dir`` set).
-
-    Returns:
-        str | None: The checkpoint, or None when the work dir holds no
-        checkpoint and no ``last_checkpoint`` (a run from the start).
+    """The newest complete checkpoint of ``cfg``'s work dir (named by the
+    checkpoint hook's ``filename_tmpl``), whatever ``last_checkpoint`` says;
+    else the one ``last_checkpoint`` names; None when there is neither (a
+    run from the start).
 
     Raises:
         CheckpointError: ``last_checkpoint`` names a file that is missing or
