@@ -209,17 +209,15 @@ def backbone_differences(recorded: dict,
     ]
 
 
-def _recorded_backbone(ckpt: Any) -> Optional[dict]:
-    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
-    model = recorded_model(meta.get('cfg')) if isinstance(meta, dict) else None
-    backbone = (model or {}).get('backbone')
-    return backbone if isinstance(backbone, dict) else None
-
-
-def _cfg_backbone(cfg: Any) -> Optional[dict]:
-    model = cfg.get('model') if cfg is not None else None
+def _backbone(model: Any) -> Optional[dict]:
     backbone = model.get('backbone') if isinstance(model, dict) else None
     return backbone if isinstance(backbone, dict) else None
+
+
+def _recorded_backbone(ckpt: Any) -> Optional[dict]:
+    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
+    return _backbone(
+        recorded_model(meta.get('cfg')) if isinstance(meta, dict) else None)
 
 
 def check_checkpoint_fits(model: torch.nn.Module,
@@ -253,7 +251,8 @@ def check_checkpoint_fits(model: torch.nn.Module,
         ckpt = safe_torch_load(filename, 'cpu')
     except CheckpointError as err:
         raise type(err)(f'{purpose}: {err}') from None
-    recorded, backbone = _recorded_backbone(ckpt), _cfg_backbone(cfg)
+    recorded = _recorded_backbone(ckpt)
+    backbone = _backbone(cfg.get('model')) if cfg is not None else None
     if recorded is not None and backbone is not None:
         parts = '; '.join(f'model.backbone.{field} is {theirs} there but '
                           f'{ours} in this config'
@@ -293,7 +292,7 @@ def note_finetune_sources(cfg: Config) -> None:
     Raises:
         CheckpointError: A source cannot be read; names where it is set.
     """
-    backbone = _cfg_backbone(cfg) or {}
+    backbone = _backbone(cfg.get('model')) or {}
     init = backbone.get('init_cfg')
     sources = [
         ('load_from', cfg.load_from)

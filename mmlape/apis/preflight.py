@@ -199,17 +199,11 @@ def _option_value(key: str, old: Any, new: Any) -> Any:
 
 
 def merge_cfg_options(cfg: Config, options: Dict[str, Any]) -> None:
-    """Apply ``--cfg-options`` (parsed by mmengine's ``DictAction``) to
-    ``cfg``, refusing a value of the wrong type.
-
-    A value that replaces a number must be a number (an integer where the
-    config has an integer), one that replaces a bool a bool, one that
-    replaces a dict a dict; ``None`` may replace anything. A number given
-    where the config has a string is used as that string.
-
-    Args:
-        cfg (Config): The config, changed in place.
-        options (dict): ``{'a.b.c': value}`` as ``DictAction`` parses them.
+    """Apply ``--cfg-options`` (``{'a.b.c': value}`` as mmengine's
+    ``DictAction`` parses them) to ``cfg`` in place, refusing a value of
+    another type than the one it replaces (an integer for an integer, a bool
+    for a bool, a dict for a dict; ``None`` replaces anything; a number
+    where the config has a string becomes that string).
 
     Raises:
         ConfigError: Names the option, the value and what it expects, or
