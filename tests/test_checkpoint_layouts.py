@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from mmlape.apis.launch import check_checkpoint_fits
+from mmlape.apis import check_checkpoint_fits
 from mmlape.models import LaPEViT, LaPEViTAdapter
 from mmlape.models.checkpoint import (Layout, convert_layout, detect_layout,
                                       select_backbone)

@@ -23,8 +23,8 @@ from mmengine.runner import Runner
 sys.path.insert(0, ROOT)  # tools.common
 
 import mmlape  # noqa: F401
-from mmlape.apis.launch import (backbone_differences, find_resume_checkpoint,
-                                is_complete_checkpoint, recorded_model)
+from mmlape.apis import (backbone_differences, find_resume_checkpoint,
+                         is_complete_checkpoint, recorded_model)
 from mmlape.datasets import generate_pos_shapes
 from mmlape.engine.hooks import (PARTIAL_PREFIX, AtomicCheckpointHook,
                                  AtomicLocalBackend)
@@ -506,7 +506,7 @@ def test_backbone_differences_fill_in_defaults():
 
 def test_init_cfg_from_another_join_is_a_note(tmp_path, monkeypatch):
     from mmlape.analysis import build_from_config
-    from mmlape.apis import launch
+    from mmlape.apis import model_check as launch
     mpvg = osp.join(ROOT, 'configs/demo/deit-demo-mpvg_pos-shapes.py')
     model, cfg = build_from_config(mpvg)
     ckpt = str(tmp_path / 'mpvg.pth')

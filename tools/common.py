@@ -20,7 +20,7 @@ warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
 from mmengine.config import DictAction
 
-from mmlape.apis.launch import UsageError
+from mmlape.apis import UsageError
 from mmlape.utils.device import CudaUnusableError
 from mmlape.utils.errors import ConfigError, InputError, one_line
 
@@ -142,7 +142,7 @@ def load_config(path, cfg_options, launcher, work_dir):
     """
     from mmengine.config import Config
 
-    from mmlape.apis.launch import merge_cfg_options
+    from mmlape.apis import merge_cfg_options
     if not osp.isfile(path):
         raise UsageError(f'config file "{path}" does not exist')
     try:
@@ -215,10 +215,9 @@ def setup_runner(cfg, phases):
     from mmengine.runner import Runner
 
     import mmlape  # noqa: F401  (models, safe checkpoint loading)
-    from mmlape.apis.launch import (check_dataset_paths, check_work_dir,
-                                    register_scope_modules,
-                                    setup_cpu_distributed,
-                                    use_checked_image_loading)
+    from mmlape.apis import (check_dataset_paths, check_work_dir,
+                             register_scope_modules, setup_cpu_distributed,
+                             use_checked_image_loading)
     allowed = check_device()
     register_scope_modules(cfg)
     check_work_dir(cfg.work_dir)

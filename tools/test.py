@@ -63,7 +63,7 @@ def main(argv=None):
             evaluator.append(dict(type='DumpResults', out_file_path=args.out))
             cfg.test_evaluator = evaluator
         runner = setup_runner(cfg, ('test', ))
-        from mmlape.apis.launch import check_checkpoint_fits
+        from mmlape.apis import check_checkpoint_fits
         check_checkpoint_fits(runner.model, args.checkpoint, 'checkpoint', cfg)
     with fail(running=True):
         metrics = runner.test()

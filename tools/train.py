@@ -62,7 +62,7 @@ def build_cfg(args):
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     if args.resume == 'auto':
-        from mmlape.apis.launch import find_resume_checkpoint
+        from mmlape.apis import find_resume_checkpoint
         found = find_resume_checkpoint(cfg)
         if found is not None:
             cfg.resume, cfg.load_from = True, found
@@ -79,8 +79,7 @@ def main(argv=None):
         cfg = build_cfg(args)
         phases = ('train', ) if args.no_validate else ('train', 'val')
         runner = setup_runner(cfg, phases)
-        from mmlape.apis.launch import (check_checkpoint_fits,
-                                        note_finetune_sources)
+        from mmlape.apis import check_checkpoint_fits, note_finetune_sources
         if cfg.resume and cfg.load_from:
             check_checkpoint_fits(runner.model, cfg.load_from, '--resume', cfg)
         note_finetune_sources(cfg)

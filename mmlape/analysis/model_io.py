@@ -11,8 +11,8 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from mmlape.apis.launch import (UsageError, check_checkpoint_fits,
-                                register_scope_modules)
+from mmlape.apis import (UsageError, check_checkpoint_fits,
+                         register_scope_modules)
 
 __all__ = ['build_from_config', 'load_backbone']
 

@@ -179,6 +179,12 @@ class LaPESwin(LaPEBackbone):
         'test-tiny':
         dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
     }
+    #: Arguments that change the parameter layout or what the model
+    #: computes (see :attr:`LaPEViT.STRUCTURAL_OPTIONS`).
+    STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
+                          'window_size', 'mlp_ratio', 'pe_join',
+                          'use_abs_pos_embed', 'out_indices', 'pad_small_map',
+                          'norm_cfg')
     checkpoint_family = SWIN
 
     def __init__(self,

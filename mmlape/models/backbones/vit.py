@@ -36,7 +36,7 @@ from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed
 from .base import LaPEBackbone, parse_out_indices
-from .vit_arch import (LN6, VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, build_tokenizer,
+from .vit_arch import (VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, build_tokenizer,
                        parse_vit_arch, per_layer, pooling_cfg, to_2tuple)
 
 __all__ = ['LaPEViT', 'PatchEmbed']
@@ -135,6 +135,15 @@ class LaPEViT(LaPEBackbone):
     """
     #: What an option takes when neither its argument nor the arch sets it.
     option_defaults = VIT_OPTION_DEFAULTS
+    #: The arguments that change the parameter layout or what the model
+    #: computes: a checkpoint saved with other values is another model's
+    #: (:func:`mmlape.apis.backbone_differences`).
+    STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
+                          'patch_bias', 'tokenizer', 'pe_type', 'pe_join',
+                          'with_cls_token', 'out_type', 'out_indices',
+                          'final_norm', 'qkv_bias', 'norm_cfg',
+                          'layer_scale_init_value', 'window_size', 'ffn',
+                          'pooling')
     arch_zoo = VIT_ARCH_ZOO
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
     checkpoint_family = VIT
@@ -198,7 +207,7 @@ class LaPEViT(LaPEBackbone):
         self.interpolate_mode = interpolate_mode
         self.frozen_stages = frozen_stages
         self.with_cp = with_cp
-        norm_cfg = pick('norm_cfg', norm_cfg, LN6)
+        norm_cfg = pick('norm_cfg', norm_cfg, defaults['norm_cfg'])
         qkv_bias = pick('qkv_bias', qkv_bias, defaults['qkv_bias'])
         self.pos_embed_std = arch.get('pos_embed_std', .02)
         self.cls_token_std = arch.get('cls_token_std', .02)

@@ -46,10 +46,12 @@ LN6 = dict(type='LN', eps=1e-6)
 #: (``LaPEViT.option_defaults``).
 VIT_OPTION_DEFAULTS = dict(
     img_size=224,
+    patch_size=16,
     pe_type='learnable',
     out_type='cls_token',
     with_cls_token=True,
-    qkv_bias=True)
+    qkv_bias=True,
+    norm_cfg=LN6)
 
 #: The archs by name (``LaPEViT.arch_zoo``).
 VIT_ARCH_ZOO = {
@@ -190,7 +192,7 @@ def build_tokenizer(cfg: Union[None, str, Dict], patch_size: Optional[int],
     cfg = dict(type='Patch') if cfg is None else cfg
     cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
     if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:
-        cfg.setdefault('patch_size', 16)
+        cfg.setdefault('patch_size', VIT_OPTION_DEFAULTS['patch_size'])
         if patch_size is not None:
             cfg['patch_size'] = patch_size
         if patch_bias is not None:
