@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_close_f32, config_joins
+from conftest import ROOT, assert_close_f32, config_joins
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
@@ -20,7 +20,6 @@ from mmlape.models.checkpoint import (convert_swin_backbone,
                                       convert_swin_checkpoint,
                                       detect_swin_format)
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TINY = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 IMG, WS = 64, 4  # stage grids 16, 8, 4 (= a window), 2 (padded)
 JOIN_CFGS = {

@@ -1,6 +1,6 @@
 """The package as others build on it: import side effects, safe loading on
 and off, the mmlape scope, things defined once, docs/methods.md. (The
-architecture: tests/test_architecture.py.)"""
+architecture: tests/infra/test_architecture.py.)"""
 import glob
 import importlib
 import os.path as osp
@@ -317,6 +317,10 @@ def test_test_modules_do_not_redefine_the_shared_helpers():
 
     shared = top_level_functions(osp.join(ROOT, 'tests', 'conftest.py'))
     assert {'run', 'run_python', 'demo_options', 'pos_shapes_data'} <= shared
-    for path in sorted(glob.glob(osp.join(ROOT, 'tests', 'test_*.py'))):
+    paths = sorted(
+        glob.glob(
+            osp.join(ROOT, 'tests', '**', 'test_*.py'), recursive=True))
+    assert len(paths) > 30, paths  # the package folders' modules too
+    for path in paths:
         again = top_level_functions(path) & shared
-        assert not again, (osp.basename(path), again)
+        assert not again, (osp.relpath(path, ROOT), again)

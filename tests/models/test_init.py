@@ -24,13 +24,13 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn as nn
+from conftest import ROOT
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT, resize_pos_embed
 from mmlape.models.layers.adapter import DeformAttn
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 _NORMS = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.GroupNorm)
 ADAPTER_OWN = ('spm', 'interactions', 'up', 'norm1', 'norm2', 'norm3', 'norm4')
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+from conftest import ROOT
 from vit_family_reference import (add_join_norms, ceit_layout, compact_layout,
                                   head_of, reference_family, sinusoid,
                                   t2t_layout)
@@ -20,7 +21,6 @@ from mmlape.models.checkpoint import (convert_vit_family,
                                       convert_vit_family_checkpoint,
                                       detect_vit_family_format)
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from tools.convert import vit_family_to_mmlape  # noqa: E402
 

@@ -1,6 +1,7 @@
 """ViT-Adapter on mmlape's ViT."""
 import pytest
 import torch
+from conftest import ROOT
 
 from mmlape.models import LaPEViT, LaPEViTAdapter
 
@@ -184,7 +185,7 @@ def test_layer_decay_for_upernet_config():
     from mmseg.registry import MODELS
     from mmseg.utils import register_all_modules
 
-    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    root = ROOT
     cfg = Config.fromfile(
         osp.join(
             root, 'configs/vit_adapter/upernet_vit-adapter-tiny-lape_'
