@@ -318,8 +318,7 @@ def test_test_modules_do_not_redefine_the_shared_helpers():
     shared = top_level_functions(osp.join(ROOT, 'tests', 'conftest.py'))
     assert {'run', 'run_python', 'demo_options', 'pos_shapes_data'} <= shared
     paths = sorted(
-        glob.glob(
-            osp.join(ROOT, 'tests', '**', 'test_*.py'), recursive=True))
+        glob.glob(osp.join(ROOT, 'tests', '**', 'test_*.py'), recursive=True))
     assert len(paths) > 30, paths  # the package folders' modules too
     for path in paths:
         again = top_level_functions(path) & shared
