@@ -3,7 +3,10 @@
 Test modules import the helpers by name (``from conftest import ROOT,
 run``); pytest puts this folder on ``sys.path``. Tests that start
 subprocesses or train end to end carry ``@pytest.mark.slow``:
-``pytest -m "not slow"`` is the quick loop, CI runs everything.
+``pytest -m "not slow"`` is the quick loop, CI runs everything. The tests
+under ``infra/`` (install, environment, GPU scripts, CUDA build) are marked
+``infra``: ``pytest -m "not slow and not infra"`` (``make test-fast``) is
+the fastest loop.
 """
 import os
 import os.path as osp
@@ -41,6 +44,20 @@ def seed_everything(seed: int = SEED) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
+
+
+#: The folder of the infrastructure tests, each marked ``infra``.
+INFRA = osp.join(osp.dirname(osp.abspath(__file__)), 'infra') + os.sep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark every test under tests/infra/ ``infra`` (before ``-m``
+    selects): ``-m "not infra"`` is the developer's fast loop, CI runs
+    them."""
+    for item in items:
+        if str(item.path).startswith(INFRA):
+            item.add_marker(pytest.mark.infra)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -319,7 +336,7 @@ def backbone_joins(name: str) -> List[str]:
     ]
 
 
-def build_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
+def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
     """The tiny backbone ``name`` (see :data:`TINY_BACKBONES`) with the PE
     join ``join``, in train mode.
 

@@ -19,8 +19,8 @@ import copy
 
 import pytest
 import torch
-from conftest import (TINY_BACKBONES, backbone_joins, build_backbone,
-                      save_backbone_checkpoint)
+from conftest import (TINY_BACKBONES, backbone_joins, save_backbone_checkpoint,
+                      tiny_backbone)
 
 from mmlape.models.layers.adapter import DeformAttn
 
@@ -44,7 +44,7 @@ def tiny(name, join, **kwargs):
     unnoticed) and, in ViT-Adapter, deformable attentions that see their
     queries (the official start zeroes their offsets and weights, so no
     gradient would reach the queries on a first step)."""
-    model = build_backbone(name, join, **kwargs)
+    model = tiny_backbone(name, join, **kwargs)
     with torch.no_grad():
         for key, p in model.named_parameters():
             if 'norm' in key:
@@ -142,6 +142,10 @@ def test_cached_plan_equals_the_plain_plan(name, join):
     with torch.no_grad():
         plan = model.pe_plan(hw)
         assert model.pe_plan(hw) is plan  # cached
+        if TINY_BACKBONES[name][1] != 'relative':  # one grid only
+            other = model.pe_plan((hw[0], hw[1] + 2))  # another grid
+            assert other is not plan
+            assert model.pe_plan(hw) is plan  # several grids are kept
         first = outputs(model, img)
         assert_same(first, outputs(plain, img))
     # Each tensor the plan depends on, changed in place (an optimizer
@@ -198,12 +202,12 @@ def test_save_and_load_round_trip(name, join, tmp_path):
     with torch.no_grad():
         want = outputs(model, img)
     path = save_backbone_checkpoint(model, tmp_path / 'backbone.pth')
-    clone = build_backbone(
+    clone = tiny_backbone(
         name,
         join,
         init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'))
     clone.init_weights()
-    other = build_backbone(name, join)
+    other = tiny_backbone(name, join)
     torch.save(model.state_dict(), tmp_path / 'plain.pth')
     other.load_state_dict(
         torch.load(tmp_path / 'plain.pth', weights_only=True), strict=True)
