@@ -259,26 +259,60 @@ def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def save_backbone_checkpoint(model, path, **extra) -> str:
+def save_backbone_checkpoint(model,
+                             path,
+                             others: Optional[Dict] = None,
+                             **extra) -> str:
     """Save a backbone's weights as a classifier or detector checkpoint
-    holds them: a ``state_dict`` with ``backbone.``-prefixed keys (and the
-    ``extra`` top-level entries, e.g. ``meta``).
+    holds them: a ``state_dict`` with ``backbone.``-prefixed keys.
 
     Args:
         model (nn.Module | dict): The backbone, or its state dict.
         path: Where to save.
+        others (dict, optional): More ``state_dict`` entries (a head's,
+            a neck's), unprefixed.
+        **extra: Top-level entries (``meta``, ...).
 
     Returns:
         str: ``path``.
     """
     state = model if isinstance(model, dict) else model.state_dict()
-    torch.save(
-        dict(
-            state_dict={
-                'backbone.' + k: v
-                for k, v in state.items()
-            }, **extra), path)
+    state = {'backbone.' + k: v for k, v in state.items()}
+    state.update(others or {})
+    torch.save(dict(state_dict=state, **extra), path)
     return str(path)
+
+
+def randomize(module: nn.Module,
+              std: float = 1.,
+              vector_range: Optional[tuple] = None) -> nn.Module:
+    """Draw every parameter of ``module`` afresh (distinct values, so that
+    a swapped or missed weight shows): normal with ``std``, or, with
+    ``vector_range``, 0- and 1-d parameters (norms, biases) uniform in
+    it."""
+    with torch.no_grad():
+        for p in module.parameters():
+            if vector_range is not None and p.dim() < 2:
+                p.uniform_(*vector_range)
+            else:
+                p.normal_(0, std)
+    return module
+
+
+def build_classifier(backbone: Dict,
+                     head: Dict,
+                     neck: Optional[Dict] = None) -> nn.Module:
+    """An mmpretrain ``ImageClassifier`` of ``backbone``, ``head`` (and
+    ``neck``) configs, built in the mmpretrain scope (train mode)."""
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    from mmpretrain.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    cfg = dict(type='ImageClassifier', backbone=backbone, head=head)
+    if neck is not None:
+        cfg['neck'] = neck
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(cfg)
 
 
 # ----------------------------------------------------------------------

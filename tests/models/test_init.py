@@ -24,7 +24,7 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn as nn
-from conftest import ROOT
+from conftest import ROOT, save_backbone_checkpoint
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
@@ -215,9 +215,10 @@ def classifier_checkpoint(tmp_path, join, **kwargs):
         for p in src.parameters():
             p.normal_(0.5, 0.3)
     path = tmp_path / 'pretrained.pth'
-    state = {'backbone.' + k: v for k, v in src.state_dict().items()}
-    state['head.layers.head.weight'] = torch.randn(10, src.embed_dims)
-    torch.save({'state_dict': state, 'meta': {}}, path)
+    save_backbone_checkpoint(
+        src,
+        path, {'head.layers.head.weight': torch.randn(10, src.embed_dims)},
+        meta={})
     pretrained = dict(
         type='Pretrained', checkpoint=str(path), prefix='backbone.')
     return src.state_dict(), pretrained

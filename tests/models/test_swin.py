@@ -12,7 +12,8 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, assert_close_f32, config_joins
+from conftest import (ROOT, assert_close_f32, build_classifier, config_joins,
+                      save_backbone_checkpoint)
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
@@ -371,30 +372,21 @@ def test_default_equals_mmpretrain_at_other_sizes():
 def test_mmpretrain_classifier_checkpoint_converts(tmp_path):
     """A whole mmpretrain Swin classifier checkpoint (backbone + linear
     head) converts and gives the same logits in mmlape's classifier."""
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
-    from mmpretrain.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
 
     def classifier(backbone):
-        return MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=backbone,
-                neck=dict(type='GlobalAveragePooling'),
-                head=dict(
-                    type='LinearClsHead', num_classes=5, in_channels=128)))
+        return build_classifier(
+            backbone,
+            dict(type='LinearClsHead', num_classes=5, in_channels=128),
+            neck=dict(type='GlobalAveragePooling'))
 
     common = dict(arch=TINY, img_size=IMG, window_size=WS, pad_small_map=True)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        ref = classifier(
-            dict(
-                type='SwinTransformer',
-                use_abs_pos_embed=True,
-                drop_path_rate=0.,
-                **common))
-        ours = classifier(
-            dict(type='LaPESwin', **dict(common, arch='test-tiny')))
+    ref = classifier(
+        dict(
+            type='SwinTransformer',
+            use_abs_pos_embed=True,
+            drop_path_rate=0.,
+            **common))
+    ours = classifier(dict(type='LaPESwin', **dict(common, arch='test-tiny')))
     with torch.no_grad():
         for p in ref.parameters():
             p.add_(torch.randn_like(p) * 0.2)
@@ -512,13 +504,7 @@ def test_official_checkpoint_converts_and_matches_reference(tmp_path):
 def test_load_refuses_another_join_and_resizes_pe(tmp_path):
     path = str(tmp_path / 'lape.pth')
     lape = tiny('LaPE')
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in lape.state_dict().items()
-            }
-        }, path)
+    save_backbone_checkpoint(lape, path)
     other = tiny(
         'PVG',
         init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'))

@@ -1,7 +1,7 @@
 """The ViT backbone: sizes, gradients, caching, slicing, checkpoints."""
 import pytest
 import torch
-from conftest import IMG, n_params
+from conftest import IMG, n_params, save_backbone_checkpoint
 from conftest import tiny_vit as tiny
 
 from mmlape.models import LaPEViT
@@ -114,13 +114,7 @@ def test_frozen_stages():
 def test_pretrained_resizes_pe_and_drops_class_token(tmp_path):
     src = tiny('LaPE').eval()
     path = tmp_path / 'cls.pth'
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in src.state_dict().items()
-            }
-        }, path)
+    save_backbone_checkpoint(src, path)
     dense = LaPEViT(
         'test-tiny',
         img_size=64,
@@ -143,13 +137,7 @@ def test_pretrained_resizes_pe_and_drops_class_token(tmp_path):
 def test_checkpoint_of_other_join_or_width_is_refused(tmp_path):
     lape = tiny('LaPE')
     path = tmp_path / 'lape.pth'
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in lape.state_dict().items()
-            }
-        }, path)
+    save_backbone_checkpoint(lape, path)
     init = dict(type='Pretrained', checkpoint=str(path), prefix='backbone.')
     with pytest.raises(ValueError, match='does not fit the join'):
         tiny('Default', init_cfg=init).init_weights()

@@ -1,7 +1,7 @@
 """ViT-Adapter on mmlape's ViT."""
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, build_classifier, save_backbone_checkpoint
 
 from mmlape.models import LaPEViT, LaPEViTAdapter
 
@@ -127,14 +127,7 @@ def test_loads_classifier_checkpoint_exactly(tmp_path):
     for p in src.parameters():
         p.data.normal_()
     path = tmp_path / 'cls.pth'
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in src.state_dict().items()
-            },
-            'meta': {}
-        }, path)
+    save_backbone_checkpoint(src, path, meta={})
     model = adapter(
         init_cfg=dict(
             type='Pretrained', checkpoint=str(path), prefix='backbone.'))
@@ -235,23 +228,15 @@ def test_loads_official_timm_checkpoint(tmp_path):
 def mpvg_classifier_checkpoint(tmp_path):
     """An mmlape MPVG ImageNet classifier (test size, distinct values),
     saved as the runner saves it."""
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
-    from mmpretrain.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        clf = MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=dict(
-                    type='LaPEViT',
-                    arch='test-tiny',
-                    img_size=64,
-                    pe_join='MPVG',
-                    with_cls_token=False,
-                    out_type='avg_featmap'),
-                head=dict(
-                    type='LinearClsHead', num_classes=10, in_channels=64)))
+    clf = build_classifier(
+        dict(
+            type='LaPEViT',
+            arch='test-tiny',
+            img_size=64,
+            pe_join='MPVG',
+            with_cls_token=False,
+            out_type='avg_featmap'),
+        dict(type='LinearClsHead', num_classes=10, in_channels=64))
     with torch.no_grad():
         for p in clf.parameters():
             p.normal_(0.5 if p.dim() == 1 else 0., 0.3)
