@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import build_classifier, randomize
+from conftest import build_classifier, randomize, save_backbone_checkpoint
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
@@ -112,17 +112,11 @@ def test_official_vit_adapter_via_init_cfg(tmp_path):
     join): every tensor lands, the PE loses only the unused class row, and
     the PE the blocks receive is the official one (rows 1: resized)."""
     src, sd = official_adapter_state()
-    ckpt = {
-        'meta':
-        dict(mmdet_version='2.22.0', CLASSES=['a', 'b']),
-        'state_dict':
-        dict({
-            'backbone.' + k: v
-            for k, v in sd.items()
-        }, **{'neck.lateral_convs.0.conv.weight': torch.randn(4, 64, 1, 1)})
-    }
     path = tmp_path / 'mask_rcnn_deit_adapter_tiny_fpn_3x_coco.pth'
-    torch.save(ckpt, path)
+    save_backbone_checkpoint(
+        sd,
+        path, {'neck.lateral_convs.0.conv.weight': torch.randn(4, 64, 1, 1)},
+        meta=dict(mmdet_version='2.22.0', CLASSES=['a', 'b']))
     model = adapter(
         init_cfg=dict(
             type='Pretrained', checkpoint=str(path), prefix='backbone.'))
