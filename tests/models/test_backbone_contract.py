@@ -214,3 +214,19 @@ def test_save_and_load_round_trip(name, join, tmp_path):
     with torch.no_grad():
         assert_same(outputs(clone.eval(), img), want)
         assert_same(outputs(other.eval(), img), want)
+
+
+def test_the_contract_covers_every_backbone_and_join():
+    """A new backbone class or join is in the suite, or this fails."""
+    import mmlape.models  # noqa: F401  (registers every backbone)
+    from mmlape.models.backbones.base import LaPEBackbone
+    from mmlape.models.layers import pe_join_names
+
+    classes, todo = set(), [LaPEBackbone]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            classes.add(sub.__name__)
+            todo.append(sub)
+    assert classes == {cls for cls, _, _ in TINY_BACKBONES.values()}
+    assert {join
+            for _, join in (c.values for c in CASES)} == set(pe_join_names())
