@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 COMPAT_PAIR ?= cu12
 COMPAT_VENV ?= .venv-torch-$(COMPAT_PAIR)
 
-.PHONY: install demo test test-compat test-quick doctest lint format
+.PHONY: install demo test test-compat test-quick test-fast doctest lint format
 
 install:
 	bash scripts/install.sh
@@ -43,6 +43,11 @@ test-compat:
 # The quick loop while editing (no subprocess or training runs).
 test-quick:
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The fastest loop: the quick one without the infrastructure tests
+# (tests/infra/: install, environment, GPU scripts, CUDA build); CI runs them.
+test-fast:
+	$(PYTHON) -m pytest -m "not slow and not infra" $(PYTEST_ARGS)
 
 doctest:
 	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider

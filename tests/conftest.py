@@ -3,7 +3,10 @@
 Test modules import the helpers by name (``from conftest import ROOT,
 run``); pytest puts this folder on ``sys.path``. Tests that start
 subprocesses or train end to end carry ``@pytest.mark.slow``:
-``pytest -m "not slow"`` is the quick loop, CI runs everything.
+``pytest -m "not slow"`` is the quick loop, CI runs everything. The tests
+under ``infra/`` (install, environment, GPU scripts, CUDA build) are marked
+``infra``: ``pytest -m "not slow and not infra"`` (``make test-fast``) is
+the fastest loop.
 """
 import os
 import os.path as osp
@@ -41,6 +44,20 @@ def seed_everything(seed: int = SEED) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
+
+
+#: The folder of the infrastructure tests, each marked ``infra``.
+INFRA = osp.join(osp.dirname(osp.abspath(__file__)), 'infra') + os.sep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark every test under tests/infra/ ``infra`` (before ``-m``
+    selects): ``-m "not infra"`` is the developer's fast loop, CI runs
+    them."""
+    for item in items:
+        if str(item.path).startswith(INFRA):
+            item.add_marker(pytest.mark.infra)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -235,3 +252,154 @@ class ToyData(Dataset):
     def __getitem__(self, i):
         g = torch.Generator().manual_seed(i)
         return dict(inputs=torch.randn(4, generator=g), labels=i % 2)
+
+
+def n_params(model: nn.Module) -> int:
+    """The number of parameter values of ``model``."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def save_backbone_checkpoint(model,
+                             path,
+                             others: Optional[Dict] = None,
+                             **extra) -> str:
+    """Save a backbone's weights as a classifier or detector checkpoint
+    holds them: a ``state_dict`` with ``backbone.``-prefixed keys.
+
+    Args:
+        model (nn.Module | dict): The backbone, or its state dict.
+        path: Where to save.
+        others (dict, optional): More ``state_dict`` entries (a head's,
+            a neck's), unprefixed.
+        **extra: Top-level entries (``meta``, ...).
+
+    Returns:
+        str: ``path``.
+    """
+    state = model if isinstance(model, dict) else model.state_dict()
+    state = {'backbone.' + k: v for k, v in state.items()}
+    state.update(others or {})
+    torch.save(dict(state_dict=state, **extra), path)
+    return str(path)
+
+
+def randomize(module: nn.Module,
+              std: float = 1.,
+              vector_range: Optional[tuple] = None) -> nn.Module:
+    """Draw every parameter of ``module`` afresh (distinct values, so that
+    a swapped or missed weight shows): normal with ``std``, or, with
+    ``vector_range``, 0- and 1-d parameters (norms, biases) uniform in
+    it."""
+    with torch.no_grad():
+        for p in module.parameters():
+            if vector_range is not None and p.dim() < 2:
+                p.uniform_(*vector_range)
+            else:
+                p.normal_(0, std)
+    return module
+
+
+def build_classifier(backbone: Dict,
+                     head: Dict,
+                     neck: Optional[Dict] = None) -> nn.Module:
+    """An mmpretrain ``ImageClassifier`` of ``backbone``, ``head`` (and
+    ``neck``) configs, built in the mmpretrain scope (train mode)."""
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    from mmpretrain.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    cfg = dict(type='ImageClassifier', backbone=backbone, head=head)
+    if neck is not None:
+        cfg['neck'] = neck
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(cfg)
+
+
+# ----------------------------------------------------------------------
+# every backbone, tiny (the backbone-contract suite and the plan-cache
+# tests build them here)
+
+#: A family arch at 64 dims, 2 layers, 2 heads.
+SMALL_FAMILY = dict(
+    embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128)
+#: The tiny backbones: name -> (class name, PE type, build arguments).
+TINY_BACKBONES = {
+    'vit': ('LaPEViT', 'learnable',
+            dict(arch='test-tiny', img_size=IMG, patch_size=8)),
+    'vit-relative': ('LaPEViT', 'relative',
+                     dict(
+                         arch='test-tiny',
+                         img_size=IMG,
+                         patch_size=8,
+                         pe_type='relative',
+                         out_type='raw')),
+    't2t-vit': ('LaPEViT', 'sincos1d', dict(arch='t2t-vit-7', img_size=64)),
+    'vit-featmap': ('LaPEViT', 'learnable',
+                    dict(
+                        arch='test-tiny',
+                        img_size=IMG,
+                        patch_size=8,
+                        with_cls_token=False,
+                        out_type='featmap')),
+    'ceit': ('LaPEViT', 'learnable', dict(arch='ceit-tiny', img_size=64)),
+    'vit-lite': ('LaPEViT', 'learnable', dict(arch='vit-lite-7/4')),
+    'cct': ('LaPEViT', 'learnable', dict(arch='cct-7/3x1')),
+    'swin': ('LaPESwin', 'learnable',
+             dict(
+                 arch='test-tiny',
+                 img_size=64,
+                 window_size=4,
+                 pad_small_map=True,
+                 out_indices=(0, 1, 2, 3),
+                 drop_path_rate=0.)),
+    'vit-adapter': ('LaPEViTAdapter', 'learnable',
+                    dict(arch='test-tiny', img_size=64, init_values=0.1)),
+}
+
+
+def backbone_joins(name: str) -> List[str]:
+    """The registered joins that the tiny backbone ``name`` takes, from the
+    joins' class attributes: its PE type among ``pe_types``, and
+    ``supports_stages`` for a staged backbone (Swin)."""
+    from mmlape.models.layers import pe_join_classes
+    cls_name, pe_type, _ = TINY_BACKBONES[name]
+    return [
+        join for join, cls in pe_join_classes().items()
+        if pe_type in cls.pe_types and (
+            cls_name != 'LaPESwin' or getattr(cls, 'supports_stages', False))
+    ]
+
+
+def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
+    """The tiny backbone ``name`` (see :data:`TINY_BACKBONES`) with the PE
+    join ``join``, in train mode.
+
+    The ViT family's archs are shrunk to :data:`SMALL_FAMILY` (T2T-ViT's
+    tokenizer to 16 dims); a join without a class token
+    (``allows_cls_token = False``) gets average pooling on the class-token
+    ViTs; MPVG on ViT-Adapter takes its last-norm term (``final_norm``).
+    """
+    from mmlape.models import LaPESwin, LaPEViT, LaPEViTAdapter
+    from mmlape.models.layers import pe_join_classes
+    cls_name, _, args = TINY_BACKBONES[name]
+    args = dict(args)
+    arch = args.pop('arch')
+    if cls_name == 'LaPEViT' and arch in LaPEViT.arch_zoo and \
+            arch != 'test-tiny':
+        arch = dict(LaPEViT.arch_zoo[arch], **SMALL_FAMILY)
+        if 'tokenizer' in arch:  # T2T-ViT
+            arch['tokenizer'] = dict(
+                type='T2T', token_dims=16, attention='performer')
+    join_cls = pe_join_classes()[join]
+    if cls_name == 'LaPEViT' and name != 'cct' and \
+            args.get('with_cls_token', True) and \
+            not getattr(join_cls, 'allows_cls_token', True):
+        args.update(with_cls_token=False, out_type='avg_featmap')
+    if cls_name == 'LaPEViTAdapter' and getattr(
+            join_cls, 'adds_pe_at_final_norm', False):
+        args.update(final_norm=True)
+    args.update(kwargs)
+    cls = dict(
+        LaPEViT=LaPEViT, LaPESwin=LaPESwin,
+        LaPEViTAdapter=LaPEViTAdapter)[cls_name]
+    return cls(arch, pe_join=join, **args)

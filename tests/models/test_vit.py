@@ -1,14 +1,10 @@
 """The ViT backbone: sizes, gradients, caching, slicing, checkpoints."""
 import pytest
 import torch
-from conftest import IMG
+from conftest import IMG, n_params, save_backbone_checkpoint
 from conftest import tiny_vit as tiny
 
 from mmlape.models import LaPEViT
-
-
-def n_params(model):
-    return sum(p.numel() for p in model.parameters())
 
 
 def gap_cfg():
@@ -40,33 +36,6 @@ def test_parameter_cost_per_join(arch, C):
         assert base + 192 * 1000 + 1000 == 5717416
 
 
-@pytest.mark.parametrize('join,extra', [
-    ('Default', {}),
-    ('Share', {}),
-    ('Unshare', {}),
-    ('LaPE', {}),
-    ('PVG', gap_cfg()),
-    ('MPVG', gap_cfg()),
-    ('MPVG', dict(with_cls_token=False, out_type='featmap')),
-])
-def test_every_parameter_gets_a_gradient(join, extra):
-    kwargs = dict(pe_join=join, **extra)
-    kwargs.setdefault('out_type', 'cls_token')
-    model = LaPEViT('test-tiny', img_size=IMG, patch_size=8, **kwargs)
-    out = model(torch.randn(2, 3, IMG, IMG))[0]
-    (out * torch.randn_like(out)).sum().backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None, name
-        assert p.grad.abs().sum() > 0, name
-
-
-def test_relative_pe_gets_gradients():
-    model = tiny('LaPE', pe_type='relative')
-    model(torch.randn(2, 3, IMG, IMG))[0].sum().backward()
-    table = model.blocks[1].attn.relative_position_bias_table
-    assert table.grad is not None and table.grad.abs().sum() > 0
-
-
 def test_output_types_and_shapes():
     img = torch.randn(2, 3, 48, 32)  # non-square: 6x4 patches
     outs = {
@@ -93,40 +62,6 @@ def test_fixed_pe_is_a_buffer(pe_type):
     assert 'pos_embed' not in dict(model.named_parameters())
     assert 'pos_embed' not in model.state_dict()
     assert model(torch.randn(1, 3, IMG, 48))[0].shape == (1, 25, 64)
-
-
-def test_plan_cache_equals_plain_and_invalidates():
-    model = tiny('MPVG', with_cls_token=False, out_type='avg_featmap').eval()
-    img = torch.randn(2, 3, IMG, IMG)
-    with torch.no_grad():
-        plan = model.pe_plan((4, 4))
-        assert model.pe_plan((4, 4)) is plan
-        assert model.pe_plan((6, 4)) is not plan  # another grid
-        cached = model(img)[0]
-        model.cache_pe_plan = False
-        plain = model(img)[0]
-        model.cache_pe_plan = True
-    torch.testing.assert_close(cached, plain, rtol=0, atol=0)
-
-    # An optimizer step changes PE weights in place: the cache notices.
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    model(img)[0].sum().backward()  # grad enabled: no caching
-    opt.step()
-    with torch.no_grad():
-        after = model(img)[0]
-        model.cache_pe_plan = False
-        plain_after = model(img)[0]
-        model.cache_pe_plan = True
-    torch.testing.assert_close(after, plain_after, rtol=0, atol=0)
-    assert not torch.allclose(after, cached)
-
-    # load_state_dict copies in place; train() clears.
-    other = tiny('MPVG', with_cls_token=False, out_type='avg_featmap')
-    model.load_state_dict(other.state_dict())
-    with torch.no_grad():
-        torch.testing.assert_close(model(img)[0], other.eval()(img)[0])
-    model.train()
-    assert not model._plan_cache
 
 
 def test_plan_cache_keeps_several_grids():
@@ -158,18 +93,6 @@ def test_forward_blocks_slices_equal_full_pass():
         torch.testing.assert_close(model.final(x, plan), full)
 
 
-def test_with_cp_same_result_and_grads():
-    torch.manual_seed(3)
-    a = tiny('LaPE', with_cp=True)
-    b = tiny('LaPE')
-    b.load_state_dict(a.state_dict())
-    img = torch.randn(2, 3, IMG, IMG)
-    a(img)[0].sum().backward()
-    b(img)[0].sum().backward()
-    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
-        torch.testing.assert_close(pa.grad, pb.grad, msg=name)
-
-
 def test_get_layer_depth():
     model = tiny('LaPE')
     assert model.get_layer_depth('backbone.pos_embed', 'backbone.') == (0, 6)
@@ -188,36 +111,10 @@ def test_frozen_stages():
     assert not model.blocks[0].training and model.blocks[2].training
 
 
-def test_state_dict_round_trip(tmp_path):
-    model = tiny('LaPE').eval()
-    path = tmp_path / 'vit.pth'
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in model.state_dict().items()
-            }
-        }, path)
-    clone = tiny(
-        'LaPE',
-        init_cfg=dict(
-            type='Pretrained', checkpoint=str(path), prefix='backbone.'))
-    clone.init_weights()
-    img = torch.randn(2, 3, IMG, IMG)
-    with torch.no_grad():
-        torch.testing.assert_close(clone.eval()(img)[0], model(img)[0])
-
-
 def test_pretrained_resizes_pe_and_drops_class_token(tmp_path):
     src = tiny('LaPE').eval()
     path = tmp_path / 'cls.pth'
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in src.state_dict().items()
-            }
-        }, path)
+    save_backbone_checkpoint(src, path)
     dense = LaPEViT(
         'test-tiny',
         img_size=64,
@@ -240,13 +137,7 @@ def test_pretrained_resizes_pe_and_drops_class_token(tmp_path):
 def test_checkpoint_of_other_join_or_width_is_refused(tmp_path):
     lape = tiny('LaPE')
     path = tmp_path / 'lape.pth'
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in lape.state_dict().items()
-            }
-        }, path)
+    save_backbone_checkpoint(lape, path)
     init = dict(type='Pretrained', checkpoint=str(path), prefix='backbone.')
     with pytest.raises(ValueError, match='does not fit the join'):
         tiny('Default', init_cfg=init).init_weights()

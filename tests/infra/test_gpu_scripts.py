@@ -14,8 +14,8 @@ import zipfile
 
 import pytest
 import torch
+from conftest import ROOT
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, osp.join(ROOT, 'scripts', 'gpu'))
 sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
 

@@ -18,11 +18,11 @@ import re
 
 import pytest
 import torch
+from conftest import ROOT
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import PARAM_SCHEDULERS, DefaultScope
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DOC = osp.join(ROOT, 'docs', 'recipes.md')
 FAMILIES = {
     'deit': 'DeiT-Ti/S/B',

@@ -7,11 +7,11 @@ backward with finite results close to float32. A forward pass must not read
 tensor values on the host (``.item()``, ``bool(t)``, ``int(t)``...): on a
 GPU each such read waits for the device.
 """
-import os.path as osp
 import sys
 
 import pytest
 import torch
+from conftest import ROOT
 from torch.overrides import TorchFunctionMode
 
 from mmlape.models import LaPEViT, LaPEViTAdapter
@@ -134,7 +134,7 @@ def test_adapter_autocast(join):
             assert p.grad is not None and torch.isfinite(p.grad).all(), name
 
 
-MMLAPE = osp.dirname(osp.dirname(osp.abspath(__file__))) + '/mmlape/'
+MMLAPE = ROOT + '/mmlape/'
 HOST_READS = ('item', 'tolist', '__bool__', '__int__', '__float__',
               '__index__', '__len__', '__format__', 'numpy', 'cpu')
 

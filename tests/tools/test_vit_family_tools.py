@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 from generated_cifar import accept_generated_files, make_cifar100
 
 from mmlape.datasets import generate_pos_shapes
 from mmlape.utils import safe_torch_load
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from tools import test as test_tool  # noqa: E402
 from tools import train as train_tool  # noqa: E402

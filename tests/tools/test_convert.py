@@ -3,6 +3,7 @@ import sys
 
 import pytest
 import torch
+from conftest import build_classifier, randomize
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT
@@ -13,32 +14,18 @@ sys.path.insert(0, 'tools/convert')
 import vit_to_mmlape
 
 
-def randomize(module, std=0.2):
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_(0, std) if p.dim() > 1 else p.uniform_(0.5, 1.5)
-
-
 def mmpretrain_classifier(backbone_type, **backbone):
-    from mmpretrain.registry import MODELS
-    from mmpretrain.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        return MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=dict(type=backbone_type, **backbone),
-                head=dict(
-                    type='VisionTransformerClsHead',
-                    num_classes=10,
-                    in_channels=192))).eval()
+    return build_classifier(
+        dict(type=backbone_type, **backbone),
+        dict(type='VisionTransformerClsHead', num_classes=10,
+             in_channels=192)).eval()
 
 
 @pytest.mark.parametrize('hw', [(224, 224), (160, 224)])
 def test_mmpretrain_deit_tiny_same_logits(hw):
     theirs = mmpretrain_classifier(
         'VisionTransformer', arch='deit-tiny', img_size=224, patch_size=16)
-    randomize(theirs)
+    randomize(theirs, 0.2, (0.5, 1.5))
     ckpt = convert_checkpoint({'state_dict': theirs.state_dict()})
     assert ckpt['meta']['converted_from'] == 'mmpretrain'
     ours = mmpretrain_classifier(
@@ -55,7 +42,7 @@ def test_mmpretrain_deit_tiny_same_logits(hw):
 def test_official_lape_checkpoint_through_the_tool(tmp_path):
     """timm names with blocks.{i}.pe_norm and a classifier head."""
     src = LaPEViT('test-tiny', img_size=32, patch_size=8, pe_join='LaPE')
-    randomize(src)
+    randomize(src, 0.2, (0.5, 1.5))
     head_w, head_b = torch.randn(10, 64), torch.randn(10)
     official = dict(src.state_dict(), **{
         'head.weight': head_w,

@@ -1,6 +1,7 @@
 """ViT-Adapter on mmlape's ViT."""
 import pytest
 import torch
+from conftest import ROOT, build_classifier, save_backbone_checkpoint
 
 from mmlape.models import LaPEViT, LaPEViTAdapter
 
@@ -68,19 +69,6 @@ def test_sliced_blocks_equal_one_full_vit_pass():
     torch.testing.assert_close(captured['x'], full)
 
 
-def test_every_parameter_gets_a_gradient():
-    model = adapter(pe_join='PVG', with_cp=True)
-    # The official start zeroes the deformable attentions' offset and
-    # attention weights, so no gradient reaches their query (and the query
-    # norms) on the first step; perturb them to see every path.
-    perturb_deformable_attention(model)
-    feats = model(torch.randn(2, 3, 64, 64))
-    sum((f * torch.randn_like(f)).sum() for f in feats).backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None, name
-        assert p.grad.abs().sum() > 0, name
-
-
 def test_window_attention_and_layer_scale():
     model = adapter(window_size=[2, 0, 2, 0])
     assert model.blocks[0].attn.window_size == 2
@@ -139,14 +127,7 @@ def test_loads_classifier_checkpoint_exactly(tmp_path):
     for p in src.parameters():
         p.data.normal_()
     path = tmp_path / 'cls.pth'
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in src.state_dict().items()
-            },
-            'meta': {}
-        }, path)
+    save_backbone_checkpoint(src, path, meta={})
     model = adapter(
         init_cfg=dict(
             type='Pretrained', checkpoint=str(path), prefix='backbone.'))
@@ -184,7 +165,7 @@ def test_layer_decay_for_upernet_config():
     from mmseg.registry import MODELS
     from mmseg.utils import register_all_modules
 
-    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    root = ROOT
     cfg = Config.fromfile(
         osp.join(
             root, 'configs/vit_adapter/upernet_vit-adapter-tiny-lape_'
@@ -247,23 +228,15 @@ def test_loads_official_timm_checkpoint(tmp_path):
 def mpvg_classifier_checkpoint(tmp_path):
     """An mmlape MPVG ImageNet classifier (test size, distinct values),
     saved as the runner saves it."""
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
-    from mmpretrain.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        clf = MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=dict(
-                    type='LaPEViT',
-                    arch='test-tiny',
-                    img_size=64,
-                    pe_join='MPVG',
-                    with_cls_token=False,
-                    out_type='avg_featmap'),
-                head=dict(
-                    type='LinearClsHead', num_classes=10, in_channels=64)))
+    clf = build_classifier(
+        dict(
+            type='LaPEViT',
+            arch='test-tiny',
+            img_size=64,
+            pe_join='MPVG',
+            with_cls_token=False,
+            out_type='avg_featmap'),
+        dict(type='LinearClsHead', num_classes=10, in_channels=64))
     with torch.no_grad():
         for p in clf.parameters():
             p.normal_(0.5 if p.dim() == 1 else 0., 0.3)

@@ -24,13 +24,13 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn as nn
+from conftest import ROOT, save_backbone_checkpoint
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT, resize_pos_embed
 from mmlape.models.layers.adapter import DeformAttn
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 _NORMS = (nn.LayerNorm, nn.modules.batchnorm._BatchNorm, nn.GroupNorm)
 ADAPTER_OWN = ('spm', 'interactions', 'up', 'norm1', 'norm2', 'norm3', 'norm4')
 
@@ -215,9 +215,10 @@ def classifier_checkpoint(tmp_path, join, **kwargs):
         for p in src.parameters():
             p.normal_(0.5, 0.3)
     path = tmp_path / 'pretrained.pth'
-    state = {'backbone.' + k: v for k, v in src.state_dict().items()}
-    state['head.layers.head.weight'] = torch.randn(10, src.embed_dims)
-    torch.save({'state_dict': state, 'meta': {}}, path)
+    save_backbone_checkpoint(
+        src,
+        path, {'head.layers.head.weight': torch.randn(10, src.embed_dims)},
+        meta={})
     pretrained = dict(
         type='Pretrained', checkpoint=str(path), prefix='backbone.')
     return src.state_dict(), pretrained

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import build_classifier, randomize, save_backbone_checkpoint
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
@@ -55,12 +56,6 @@ OFFICIAL_ADAPTER_KEYS = [
     'norm1.weight', 'norm2.running_mean', 'norm3.bias',
     'norm4.num_batches_tracked'
 ]
-
-
-def randomize(module):
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_()
 
 
 def adapter(**kwargs):
@@ -117,17 +112,11 @@ def test_official_vit_adapter_via_init_cfg(tmp_path):
     join): every tensor lands, the PE loses only the unused class row, and
     the PE the blocks receive is the official one (rows 1: resized)."""
     src, sd = official_adapter_state()
-    ckpt = {
-        'meta':
-        dict(mmdet_version='2.22.0', CLASSES=['a', 'b']),
-        'state_dict':
-        dict({
-            'backbone.' + k: v
-            for k, v in sd.items()
-        }, **{'neck.lateral_convs.0.conv.weight': torch.randn(4, 64, 1, 1)})
-    }
     path = tmp_path / 'mask_rcnn_deit_adapter_tiny_fpn_3x_coco.pth'
-    torch.save(ckpt, path)
+    save_backbone_checkpoint(
+        sd,
+        path, {'neck.lateral_convs.0.conv.weight': torch.randn(4, 64, 1, 1)},
+        meta=dict(mmdet_version='2.22.0', CLASSES=['a', 'b']))
     model = adapter(
         init_cfg=dict(
             type='Pretrained', checkpoint=str(path), prefix='backbone.'))
@@ -242,20 +231,10 @@ def test_distilled_deit_through_the_tool(tmp_path):
     ckpt = torch.load(out)
     assert ckpt['meta']['layout'] == 'deit-distilled'
     assert not any('dist' in k for k in ckpt['state_dict'])
-    from mmpretrain.registry import MODELS
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        clf = MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=dict(
-                    type='LaPEViT',
-                    arch='test-tiny',
-                    img_size=32,
-                    patch_size=8),
-                head=dict(
-                    type='VisionTransformerClsHead',
-                    num_classes=10,
-                    in_channels=64))).eval()
+    clf = build_classifier(
+        dict(type='LaPEViT', arch='test-tiny', img_size=32, patch_size=8),
+        dict(type='VisionTransformerClsHead', num_classes=10,
+             in_channels=64)).eval()
     clf.load_state_dict(ckpt['state_dict'], strict=True)
     torch.testing.assert_close(clf.backbone.pos_embed, src.pos_embed)
     img = torch.randn(2, 3, 32, 32)
@@ -374,22 +353,16 @@ def test_official_lape_relative_checkpoint(join, tmp_path):
     path, out = tmp_path / 'lape_rpe.pth', tmp_path / 'mmlape.pth'
     torch.save({'model': official}, path)
     assert vit_to_mmlape.main([str(path), str(out)]) == 0
-    from mmpretrain.registry import MODELS
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        clf = MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=dict(
-                    type='LaPEViT',
-                    arch='test-tiny',
-                    img_size=32,
-                    patch_size=8,
-                    pe_type='relative',
-                    pe_join=join),
-                head=dict(
-                    type='VisionTransformerClsHead',
-                    num_classes=10,
-                    in_channels=64))).eval()
+    clf = build_classifier(
+        dict(
+            type='LaPEViT',
+            arch='test-tiny',
+            img_size=32,
+            patch_size=8,
+            pe_type='relative',
+            pe_join=join),
+        dict(type='VisionTransformerClsHead', num_classes=10,
+             in_channels=64)).eval()
     clf.load_state_dict(torch.load(out)['state_dict'], strict=True)
     img = torch.randn(2, 3, 32, 32)
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """The package as others build on it: import side effects, safe loading on
 and off, the mmlape scope, things defined once, docs/methods.md. (The
-architecture: tests/test_architecture.py.)"""
+architecture: tests/infra/test_architecture.py.)"""
 import glob
 import importlib
 import os.path as osp
@@ -317,6 +317,53 @@ def test_test_modules_do_not_redefine_the_shared_helpers():
 
     shared = top_level_functions(osp.join(ROOT, 'tests', 'conftest.py'))
     assert {'run', 'run_python', 'demo_options', 'pos_shapes_data'} <= shared
-    for path in sorted(glob.glob(osp.join(ROOT, 'tests', 'test_*.py'))):
+    paths = sorted(
+        glob.glob(osp.join(ROOT, 'tests', '**', 'test_*.py'), recursive=True))
+    assert len(paths) > 30, paths  # the package folders' modules too
+    for path in paths:
         again = top_level_functions(path) & shared
-        assert not again, (osp.basename(path), again)
+        assert not again, (osp.relpath(path, ROOT), again)
+
+
+def test_ci_runs_the_infrastructure_tests(request):
+    """Every pytest run of ``make test`` (what CI runs) selects the tests
+    marked ``infra`` (the main run the slow ones too), and every test under
+    tests/infra/ carries the marker, registered in setup.cfg; ``make
+    test-fast`` leaves them out."""
+    import configparser
+    import shlex
+
+    from _pytest.mark.expression import Expression
+
+    assert request.node.get_closest_marker('infra') is not None
+    cfg = configparser.ConfigParser()
+    cfg.read(osp.join(ROOT, 'setup.cfg'))
+    markers = cfg['tool:pytest']['markers'].split('\n')
+    assert any(m.strip().startswith('infra:') for m in markers), markers
+
+    def selections(target):
+        out = run(['make', '--no-print-directory', '-n', target])
+        found = []
+        for line in out.stdout.splitlines():
+            if '-m pytest' not in line or '--doctest-modules' in line:
+                continue
+            args = shlex.split(line)
+            args = args[args.index('pytest') + 1:]
+            # no path narrows the run below setup.cfg's testpaths
+            paths = [
+                a for i, a in enumerate(args)
+                if not a.startswith('-') and args[i - 1] not in ('-m', '-p')
+            ]
+            assert not paths, line
+            expr = args[args.index('-m') + 1] if '-m' in args else ''
+            found.append(
+                lambda marks, expr=expr: not expr or Expression.compile(
+                    expr).evaluate(lambda name, **kw: name in marks))
+        return found
+
+    ci = selections('test')
+    assert len(ci) == 2, ci  # the suite, then the compat run
+    assert all(select({'infra'}) for select in ci)
+    assert ci[0]({'infra', 'slow'})
+    fast, = selections('test-fast')
+    assert not fast({'infra'}) and fast(set())

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT
 
 from mmlape.datasets import generate_coco_instances
 from mmlape.models import LaPEViTAdapter
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
 import bench_dense_learning as bench  # noqa: E402
 

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT
 from mmcv.ops import RoIAlign, batched_nms
 from mmcv.ops import multi_scale_deform_attn as msda_module
 from mmcv.ops import nms
@@ -31,7 +32,6 @@ HALF = (torch.bfloat16, torch.float16)
 IDS = ['bf16', 'fp16']
 FUNCTIONS = (MultiScaleDeformableAttnFunction, RoIAlignFunction, NMSop)
 PYTORCH_MSDA = msda_module.multi_scale_deformable_attn_pytorch
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True, scope='module')

@@ -17,8 +17,8 @@ import inspect
 import pytest
 import torch
 import torch.nn as nn
+from conftest import tiny_backbone
 
-from mmlape.models import LaPESwin, LaPEViT, LaPEViTAdapter
 from mmlape.models.layers import LayerPE, TransformerBlock
 from mmlape.models.layers.block import SwinBlock
 
@@ -32,55 +32,29 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-SMALL = dict(
-    embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128)
-
-
-def family(name, **kwargs):
-    arch = dict(LaPEViT.arch_zoo[name], **SMALL)
-    if name == 't2t-vit-7':
-        arch['tokenizer'] = dict(
-            type='T2T', token_dims=16, attention='performer')
-    if name in ('t2t-vit-7', 'ceit-tiny'):
-        kwargs.setdefault('img_size', 64)
-    return LaPEViT(arch, pe_join='LaPE', **kwargs)
-
-
 #: name -> (build, the tensors a plan depends on)
 BACKBONES = {
     'deit':
-    (lambda: LaPEViT('test-tiny', img_size=32, patch_size=8, pe_join='LaPE'),
-     ['pos_embed', 'blocks.1.pe_norm.weight']),
+    (functools.partial(tiny_backbone, 'vit',
+                       'LaPE'), ['pos_embed', 'blocks.1.pe_norm.weight']),
     'deit-relative':
-    (lambda: LaPEViT(
-        'test-tiny',
-        img_size=32,
-        patch_size=8,
-        pe_join='LaPE',
-        pe_type='relative'),
+    (functools.partial(tiny_backbone, 'vit-relative', 'LaPE'),
      ['blocks.0.attn.relative_position_bias_table',
       'blocks.1.pe_norm.weight']),
-    't2t-vit':
-    (lambda: family('t2t-vit-7'), ['pos_embed', 'blocks.0.pe_norm.bias']),
-    'ceit':
-    (lambda: family('ceit-tiny'), ['pos_embed', 'blocks.1.pe_norm.weight']),
-    'vit-lite': (lambda: family('vit-lite-7/4'),
+    't2t-vit': (functools.partial(tiny_backbone, 't2t-vit', 'LaPE'),
+                ['pos_embed', 'blocks.0.pe_norm.bias']),
+    'ceit': (functools.partial(tiny_backbone, 'ceit', 'LaPE'),
+             ['pos_embed', 'blocks.1.pe_norm.weight']),
+    'vit-lite': (functools.partial(tiny_backbone, 'vit-lite', 'LaPE'),
                  ['pos_embed', 'blocks.0.pe_norm.weight']),
-    'cct': (lambda: family('cct-7/3x1'),
+    'cct': (functools.partial(tiny_backbone, 'cct', 'LaPE'),
             ['pos_embed', 'blocks.1.pe_norm.weight']),
-    'swin': (lambda: LaPESwin(
-        'test-tiny',
-        img_size=64,
-        window_size=4,
-        pad_small_map=True,
-        out_indices=(0, 1, 2, 3),
-        pe_join='MPVG'), [
-            'pos_embed', 'layers.1.blocks.0.pe_norm.weight',
-            'layers.0.downsample.reduction.weight', 'pe_join.last_norm.bias'
-        ]),
-    'vit-adapter':
-    (lambda: LaPEViTAdapter('test-tiny', img_size=64, pe_join='LaPE'),
-     ['pos_embed', 'blocks.2.pe_norm.weight']),
+    'swin': (functools.partial(tiny_backbone, 'swin', 'MPVG'), [
+        'pos_embed', 'layers.1.blocks.0.pe_norm.weight',
+        'layers.0.downsample.reduction.weight', 'pe_join.last_norm.bias'
+    ]),
+    'vit-adapter': (functools.partial(tiny_backbone, 'vit-adapter', 'LaPE'),
+                    ['pos_embed', 'blocks.2.pe_norm.weight']),
 }
 KINDS = ('new tensor', 'new data', 'copy', 'data copy then eval')
 

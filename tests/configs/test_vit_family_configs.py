@@ -6,14 +6,13 @@ import os.path as osp
 
 import pytest
 import torch
-from conftest import config_joins
+from conftest import ROOT, config_joins
 from generated_cifar import accept_generated_files, make_cifar100
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from mmpretrain.registry import DATASETS, MODELS
 from mmpretrain.utils import register_all_modules
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 FAMILIES = ('t2t_vit', 'ceit', 'vit_lite', 'cct')
 CONFIGS = sorted(
     p for f in FAMILIES

@@ -31,7 +31,6 @@ from mmlape.engine.hooks import (PARTIAL_PREFIX, AtomicCheckpointHook,
 from mmlape.utils.errors import CheckpointError
 from mmlape.utils.safe_load import safe_torch_load
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO = 'configs/demo/deit-demo_pos-shapes.py'
 
 

@@ -17,8 +17,8 @@ import sysconfig
 
 import pytest
 import torch
+from conftest import ROOT
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, osp.join(ROOT, 'scripts'))
 sys.path.insert(0, osp.join(ROOT, 'scripts', 'gpu'))
 

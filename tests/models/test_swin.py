@@ -12,7 +12,8 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_close_f32, config_joins
+from conftest import (ROOT, assert_close_f32, build_classifier, config_joins,
+                      save_backbone_checkpoint)
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
@@ -20,7 +21,6 @@ from mmlape.models.checkpoint import (convert_swin_backbone,
                                       convert_swin_checkpoint,
                                       detect_swin_format)
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TINY = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 IMG, WS = 64, 4  # stage grids 16, 8, 4 (= a window), 2 (padded)
 JOIN_CFGS = {
@@ -284,64 +284,6 @@ def test_small_map_without_padding_is_unshifted_or_refused():
         model(torch.randn(1, 3, IMG, IMG))  # stage 3 is 2x2
 
 
-def test_every_parameter_gets_a_gradient():
-    img = torch.randn(1, 3, IMG, IMG)
-    for cfg in JOIN_CFGS.values():
-        model = tiny(cfg).train()
-        outs = model(img)
-        weights = [torch.randn_like(o) for o in outs]
-        sum((o * w).sum() for o, w in zip(outs, weights)).backward()
-        for name, p in model.named_parameters():
-            assert p.grad is not None and p.grad.abs().sum() > 0, \
-                f'{cfg["type"]}: no gradient for {name}'
-    # Gradient checkpointing of the blocks: the same gradients (MPVG).
-    ckpt = tiny(cfg, with_cp=True).train()
-    ckpt.load_state_dict(model.state_dict())
-    outs = ckpt(img)
-    sum((o * w).sum() for o, w in zip(outs, weights)).backward()
-    for (name, p), q in zip(model.named_parameters(), ckpt.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, msg=name)
-
-
-def test_eval_plan_cache_equals_plain_path():
-    """MPVG (the layer-wise stream, its carry through the mergings and the
-    final term): cached plans give the plain path's output, and a changed
-    weight (a PE norm, or a merging the PE crosses) rebuilds the plan."""
-    img = torch.randn(1, 3, IMG, IMG)
-    model = tiny('MPVG')
-    plain = tiny('MPVG', cache_pe_plan=False)
-    plain.load_state_dict(model.state_dict())
-    grid = (IMG // 4, IMG // 4)
-    with torch.no_grad():
-        first = model(img)
-        plan = model.pe_plan(grid)
-        assert model.pe_plan(grid) is plan  # cached
-        close(first, plain(img), atol=0)
-        for weight in ('layers.1.blocks.0.pe_norm.weight',
-                       'layers.0.downsample.norm.bias'):
-            model.get_parameter(weight).add_(0.5)
-            plain.get_parameter(weight).add_(0.5)
-            close(model(img), plain(img), atol=0)
-            assert model.pe_plan(grid) is not plan
-            plan = model.pe_plan(grid)
-    # Train mode never uses the cache; back in eval after an update (an
-    # optimizer step, here in place) the plan is rebuilt, and a replaced
-    # tensor (new storage) is noticed too.
-    model.train()
-    with torch.no_grad():
-        model.pos_embed.mul_(0.5)
-        plain.pos_embed.mul_(0.5)
-    model.eval()
-    with torch.no_grad():
-        close(model(img), plain(img), atol=0)
-        plan = model.pe_plan(grid)
-        model.pe_join.last_norm.bias = torch.nn.Parameter(
-            model.pe_join.last_norm.bias + 1)
-        plain.pe_join.last_norm.bias.add_(1)
-        assert model.pe_plan(grid) is not plan
-        close(model(img), plain(img), atol=0)
-
-
 def test_stage_norms_layers_and_param_counts():
     """LaPE, PVG and MPVG put a PE norm of the stage's width in every layer
     (PVG/MPVG include layer 0 on Swin, not on the ViT); the counts with a
@@ -430,30 +372,21 @@ def test_default_equals_mmpretrain_at_other_sizes():
 def test_mmpretrain_classifier_checkpoint_converts(tmp_path):
     """A whole mmpretrain Swin classifier checkpoint (backbone + linear
     head) converts and gives the same logits in mmlape's classifier."""
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
-    from mmpretrain.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
 
     def classifier(backbone):
-        return MODELS.build(
-            dict(
-                type='ImageClassifier',
-                backbone=backbone,
-                neck=dict(type='GlobalAveragePooling'),
-                head=dict(
-                    type='LinearClsHead', num_classes=5, in_channels=128)))
+        return build_classifier(
+            backbone,
+            dict(type='LinearClsHead', num_classes=5, in_channels=128),
+            neck=dict(type='GlobalAveragePooling'))
 
     common = dict(arch=TINY, img_size=IMG, window_size=WS, pad_small_map=True)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        ref = classifier(
-            dict(
-                type='SwinTransformer',
-                use_abs_pos_embed=True,
-                drop_path_rate=0.,
-                **common))
-        ours = classifier(
-            dict(type='LaPESwin', **dict(common, arch='test-tiny')))
+    ref = classifier(
+        dict(
+            type='SwinTransformer',
+            use_abs_pos_embed=True,
+            drop_path_rate=0.,
+            **common))
+    ours = classifier(dict(type='LaPESwin', **dict(common, arch='test-tiny')))
     with torch.no_grad():
         for p in ref.parameters():
             p.add_(torch.randn_like(p) * 0.2)
@@ -571,13 +504,7 @@ def test_official_checkpoint_converts_and_matches_reference(tmp_path):
 def test_load_refuses_another_join_and_resizes_pe(tmp_path):
     path = str(tmp_path / 'lape.pth')
     lape = tiny('LaPE')
-    torch.save(
-        {
-            'state_dict': {
-                'backbone.' + k: v
-                for k, v in lape.state_dict().items()
-            }
-        }, path)
+    save_backbone_checkpoint(lape, path)
     other = tiny(
         'PVG',
         init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'))

@@ -122,7 +122,7 @@ def test_deit_recipe(path):
     keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
     for key in ('.pos_embed', '.cls_token'):
         assert keys[key]['decay_mult'] == 0.0
-    (schedule, ) = cfg.param_scheduler  # the rest: tests/test_recipes.py
+    (schedule, ) = cfg.param_scheduler  # the rest: test_recipes.py
     assert schedule.warmup_epochs == 5
     assert cfg.train_dataloader.batch_size == 256
     augments = cfg.model.train_cfg.augments
