@@ -1,13 +1,16 @@
-"""Every config carries the recipe of docs/recipes.md.
+"""docs/recipes.md and the configs, checked against each other and against
+the official code.
 
-Each family's rows (the mmlape column of docs/recipes.md) are checked on
-every config of the family, and the values the test checks must be the ones
-the document shows (the `code` snippets of each mmlape cell). The weight
-decay groups are built on tiny models and compared with the official rules,
-written here from the official code: timm's ``add_weight_decay`` (DeiT),
-mmcv 1.x's ``custom_keys`` substring rule (ViT-Adapter detection) and
-ViT-Adapter's ``LayerDecayOptimizerConstructor`` (segmentation). The
-schedules are run and compared with the official ones.
+The mmlape column of each family's table in docs/recipes.md states the
+configs' values as code spans (the document's opening paragraph says how
+each is read); every config of the family must hold every claim, and every
+span is either a claim or listed in ``PROSE``. What a config cannot state
+itself is checked by running it: the weight-decay groups built on tiny
+models against the official rules, written here from the official code:
+timm's ``add_weight_decay`` (DeiT), mmcv 1.x's ``custom_keys`` substring
+rule (ViT-Adapter detection) and ViT-Adapter's
+``LayerDecayOptimizerConstructor`` (segmentation); and the schedules,
+run and compared with the official ones.
 """
 import copy
 import functools
@@ -30,12 +33,55 @@ FAMILIES = {
     'upernet': 'UperNet',
     'segmenter': 'Segmenter',
 }
-ROWS = [
-    'optimizer', 'lr', 'weight decay', 'layer decay', 'schedule and warm-up',
-    'batch', 'train pipeline', 'test pipeline', 'drop path', 'initialisation',
-    'pretrained weights', 'precision'
-]
-IMAGENET_MEAN = [123.675, 116.28, 103.53]
+# row -> the parts of a config its claims are looked up in ('{}': the test
+# and the val dataloader, each); the first part of a pipeline row is the
+# pipeline
+SCOPES = {
+    'optimizer': ['optim_wrapper.optimizer'],
+    'lr': ['optim_wrapper.optimizer', 'auto_scale_lr'],
+    'weight decay': ['optim_wrapper'],
+    'layer decay': ['optim_wrapper'],
+    'schedule and warm-up': ['param_scheduler', 'train_cfg'],
+    'batch': ['train_dataloader'],
+    'repeated augmentation': ['train_dataloader.sampler'],
+    'train pipeline': [
+        'train_dataloader.dataset.pipeline', 'model.train_cfg', 'model.head',
+        'model.data_preprocessor'
+    ],
+    'test pipeline': [
+        '{}_dataloader.dataset.pipeline', 'model.test_cfg',
+        'model.data_preprocessor'
+    ],
+    'drop path': ['model.backbone'],
+    'initialisation': ['model.backbone', 'model.head'],
+    'pretrained weights': ['model.backbone.init_cfg'],
+    'precision': ['optim_wrapper'],
+    'gradient clipping': ['optim_wrapper'],
+    'EMA': ['custom_hooks'],
+}
+ROWS = [r for r in SCOPES if r not in ('repeated augmentation', 'EMA')]
+# (row, how the cell starts) -> what the words claim
+WORDS = {
+    ('layer decay', 'none'):
+    lambda c: 'constructor' not in c['optim_wrapper'],
+    ('pretrained weights', 'none'):
+    lambda c: c['model']['backbone'].get('init_cfg') is None and c.get(
+        'load_from') is None,
+    ('EMA', 'none'):
+    lambda c: not any('EMA' in h['type'] for h in c.get('custom_hooks', [])),
+    ('precision', 'fp32'):
+    lambda c: c['optim_wrapper'].get('type', 'OptimWrapper') == 'OptimWrapper',
+    ('initialisation', "encoder from the checkpoint with DeiT's patch-"):
+    lambda c: c['model']['backbone'].get('patch_bias', True) is True,
+}
+# code spans of the mmlape column that name no config value
+PROSE = {
+    '--auto-scale-lr', 'tools/dist_train.sh CONFIG 4 --amp', '--amp',
+    'pe_join.last_norm', 'end - 1', 'pos_embed', 'level_embed',
+    'blocks.{i}.pe_norm', 'norm', 'init_adapter_weights', 'up(c2) + c1',
+    'configs/deit', 'tools/convert/vit_to_mmlape.py', 'LaPEViT.get_layer_depth'
+}
+NAMESPACE = {'__builtins__': {}, 'dict': dict, 'range': range}
 
 
 def family_of(path):
@@ -63,465 +109,13 @@ def load(path):
     return copy.deepcopy(_load(path))
 
 
-def types(pipeline):
-    return [t['type'] for t in pipeline]
-
-
-def find(pipeline, name):
-    hits = [t for t in pipeline if t['type'] == name]
-    assert len(hits) == 1, (name, types(pipeline))
-    return hits[0]
-
-
-# ----------------------------------------------------------------------
-# the mmlape column: row -> (snippets shown in the document, check)
-def deit_rows():
-
-    def optimizer(c):
-        opt = c.optim_wrapper.optimizer
-        assert opt.type == 'AdamW' and opt.eps == 1e-8
-        assert tuple(opt.betas) == (0.9, 0.999)
-
-    def lr(c):
-        assert c.optim_wrapper.optimizer.lr == pytest.approx(1e-3)
-        assert c.auto_scale_lr.base_batch_size == 1024
-
-    def decay(c):
-        assert c.optim_wrapper.optimizer.weight_decay == 0.05
-        assert c.optim_wrapper.paramwise_cfg.to_dict() == dict(
-            flat_decay_mult=0.0,
-            custom_keys={
-                '.cls_token': dict(decay_mult=0.0),
-                '.pos_embed': dict(decay_mult=0.0)
-            })
-
-    def layer_decay(c):
-        assert c.optim_wrapper.get('constructor') is None
-
-    def schedule(c):
-        assert [s.to_dict() for s in c.param_scheduler] == [
-            dict(
-                type='LaPEDeiTCosineLR',
-                warmup_epochs=5,
-                warmup_lr=1e-6,
-                min_lr=1e-5,
-                cosine_epochs=300,
-                lag_epochs=1,
-                by_epoch=True)
-        ]
-        assert c.train_cfg.max_epochs == 300 and c.train_cfg.by_epoch
-
-    def batch(c):
-        assert c.train_dataloader.batch_size == 256
-        assert c.train_dataloader.drop_last is True
-
-    def repeated(c):
-        sampler = c.train_dataloader.sampler.to_dict()
-        sampler.pop('_scope_', None)
-        assert sampler == dict(
-            type='RepeatAugSampler', num_repeats=3, shuffle=True)
-
-    def train_pipeline(c):
-        pipe = c.train_dataloader.dataset.pipeline
-        assert types(pipe) == [
-            'LoadImageFromFile', 'RandomResizedCrop', 'RandomFlip',
-            'RandAugment', 'RandomErasing', 'PackInputs'
-        ]
-        crop = find(pipe, 'RandomResizedCrop')
-        assert crop.scale == 224 and crop.interpolation == 'bicubic'
-        assert find(pipe, 'RandomFlip').prob == 0.5
-        ra = find(pipe, 'RandAugment')
-        assert (ra.policies, ra.num_policies, ra.magnitude_level,
-                ra.magnitude_std, ra.total_level) == ('timm_increasing', 2, 9,
-                                                      0.5, 10)
-        er = find(pipe, 'RandomErasing')
-        assert er.erase_prob == 0.25 and er.mode == 'rand'
-        assert [(a.type, a.alpha)
-                for a in c.model.train_cfg.augments] == [('Mixup', 0.8),
-                                                         ('CutMix', 1.0)]
-        loss = c.model.head.loss
-        assert (loss.type, loss.label_smooth_val, loss.mode) == \
-            ('LabelSmoothLoss', 0.1, 'original')
-
-    def test_pipeline(c):
-        pipe = c.test_dataloader.dataset.pipeline
-        assert types(pipe) == [
-            'LoadImageFromFile', 'ResizeEdge', 'CenterCrop', 'PackInputs'
-        ]
-        edge = find(pipe, 'ResizeEdge')
-        assert (edge.scale, edge.edge, edge.interpolation) == (256, 'short',
-                                                               'bicubic')
-        assert find(pipe, 'CenterCrop').crop_size == 224
-        assert c.val_dataloader.dataset.pipeline == pipe
-
-    def drop_path(c):
-        assert c.model.backbone.drop_path_rate == 0.1
-
-    def init(c):
-        assert c.model.head.init_cfg.to_dict() == dict(
-            type='TruncNormal', layer='Linear', std=0.02, bias=0.)
-
-    def pretrained(c):
-        assert c.model.backbone.get('init_cfg') is None
-        assert c.get('load_from') is None
-
-    def precision(c):
-        assert c.optim_wrapper.get('type', 'OptimWrapper') == 'OptimWrapper'
-
-    def clip(c):
-        assert c.optim_wrapper.clip_grad is None
-
-    def ema(c):
-        assert not any('EMA' in h.type for h in c.get('custom_hooks', []))
-
-    return {
-        'optimizer': (['`AdamW`', '`eps=1e-8`',
-                       '`betas=(0.9, 0.999)`'], optimizer),
-        'lr': (['`lr=5e-4 * 1024 / 512`', '`base_batch_size=1024`'], lr),
-        'weight decay': ([
-            '`weight_decay=0.05`', '`flat_decay_mult=0.0`', '`.cls_token`',
-            '`.pos_embed`', '`decay_mult=0.0`'
-        ], decay),
-        'layer decay': (['none'], layer_decay),
-        'schedule and warm-up': ([
-            '`LaPEDeiTCosineLR`', '`warmup_epochs=5`', '`warmup_lr=1e-6`',
-            '`min_lr=1e-5`', '`cosine_epochs=300`', '`lag_epochs=1`',
-            '`max_epochs=300`'
-        ], schedule),
-        'batch': (['`4xb256`', '`drop_last=True`'], batch),
-        'repeated augmentation': (['`RepeatAugSampler`',
-                                   '`num_repeats=3`'], repeated),
-        'train pipeline': ([
-            '`RandomResizedCrop`', '`RandAugment`', '`RandomErasing`',
-            '`Mixup`', '`CutMix`', '`LabelSmoothLoss`'
-        ], train_pipeline),
-        'test pipeline': (['`ResizeEdge` 256 bicubic',
-                           '`CenterCrop` 224'], test_pipeline),
-        'drop path': (['`drop_path_rate=0.1`'], drop_path),
-        'initialisation': (['`TruncNormal`', '`std=0.02`', '`bias=0.`'], init),
-        'pretrained weights': (['none'], pretrained),
-        'precision': (['fp32', '`--amp`'], precision),
-        'gradient clipping': (['`clip_grad=None`'], clip),
-        'EMA': (['none'], ema),
-    }
-
-
-def _adapter_common(c, wd, lr):
-    opt = c.optim_wrapper.optimizer
-    assert opt.type == 'AdamW' and tuple(opt.betas) == (0.9, 0.999)
-    assert opt.lr == lr and opt.weight_decay == wd
-
-
-def mask_rcnn_rows():
-    scales = [(480 + 32 * i, 1333) for i in range(11)]
-
-    def optimizer(c):
-        _adapter_common(c, 0.05, 1e-4)
-
-    def lr(c):
-        assert c.optim_wrapper.optimizer.lr == 1e-4
-
-    def decay(c):
-        assert c.optim_wrapper.optimizer.weight_decay == 0.05
-        assert c.optim_wrapper.paramwise_cfg.to_dict() == dict(
-            custom_keys={
-                k: dict(decay_mult=0.0)
-                for k in ('level_embed', 'pos_embed', 'norm', 'bias')
-            })
-
-    def layer_decay(c):
-        assert c.optim_wrapper.get('constructor') is None
-
-    def schedule(c):
-        warm, step = [s.to_dict() for s in c.param_scheduler]
-        assert warm == dict(
-            type='LinearLR',
-            start_factor=0.001,
-            by_epoch=False,
-            begin=0,
-            end=501)
-        assert step['type'] == 'MultiStepLR' and step['by_epoch']
-        assert step['milestones'] == [27, 33]
-        assert step.get('gamma', 0.1) == 0.1
-        assert c.train_cfg.max_epochs == 36
-
-    def batch(c):
-        assert c.train_dataloader.batch_size == 2
-        assert c.auto_scale_lr.base_batch_size == 16
-
-    def train_pipeline(c):
-        pipe = c.train_dataloader.dataset.pipeline
-        assert types(pipe) == [
-            'LoadImageFromFile', 'LoadAnnotations', 'RandomFlip',
-            'RandomChoice', 'RandomCrop', 'PackDetInputs'
-        ]
-        assert find(pipe, 'RandomFlip').prob == 0.5
-        first, second = find(pipe, 'RandomChoice').transforms
-        assert [tuple(s) for s in first[0].scales] == scales
-        assert types(second) == [
-            'RandomChoiceResize', 'RandomCrop', 'RandomChoiceResize'
-        ]
-        assert [tuple(s)
-                for s in second[0].scales] == [(400, 1333), (500, 1333),
-                                               (600, 1333)]
-        assert tuple(second[1].crop_size) == (384, 600)
-        assert second[1].crop_type == 'absolute_range'
-        assert [tuple(s) for s in second[2].scales] == scales
-        crop = find(pipe, 'RandomCrop')
-        assert tuple(crop.crop_size) == (1024, 1024)
-        assert crop.crop_type == 'absolute_range'
-        assert crop.allow_negative_crop is True
-        assert c.model.data_preprocessor.pad_size_divisor == 32
-        assert c.model.data_preprocessor.mean == IMAGENET_MEAN
-
-    def test_pipeline(c):
-        resize = find(c.test_dataloader.dataset.pipeline, 'Resize')
-        assert tuple(resize.scale) == (1333, 800) and resize.keep_ratio
-
-    def drop_path(c):
-        assert c.model.backbone.drop_path_rate == 0.1
-
-    def init(c):
-        assert c.model.backbone.type == 'LaPEViTAdapter'
-
-    def pretrained(c):
-        init = c.model.backbone.init_cfg
-        assert init.type == 'Pretrained' and init.prefix == 'backbone.'
-        assert re.fullmatch(
-            r'pretrained/deit-tiny(-lape|-pvg|-mpvg)?_in1k'
-            r'\.pth', init.checkpoint)
-
-    def precision(c):
-        assert c.optim_wrapper.type == 'OptimWrapper'
-
-    def clip(c):
-        assert c.optim_wrapper.clip_grad is None
-
-    return {
-        'optimizer': (['`AdamW`', '`betas=(0.9, 0.999)`'], optimizer),
-        'lr': (['`lr=1e-4`'], lr),
-        'weight decay': ([
-            '`weight_decay=0.05`', "`'norm'`", "`'bias'`", "`'level_embed'`",
-            "`'pos_embed'`"
-        ], decay),
-        'layer decay': (['none'], layer_decay),
-        'schedule and warm-up': ([
-            '`LinearLR`', '`start_factor=0.001`', '`end=501`', '`MultiStepLR`',
-            '`milestones=[27, 33]`', '`max_epochs=36`'
-        ], schedule),
-        'batch': (['`8xb2`'], batch),
-        'train pipeline': ([
-            '`RandomChoice`', '`RandomChoiceResize`', '`RandomCrop`',
-            '`pad_size_divisor=32`'
-        ], train_pipeline),
-        'test pipeline': (['`pad_size_divisor=32`'], test_pipeline),
-        'drop path': (['`drop_path_rate=0.1`'], drop_path),
-        'initialisation': (['`init_adapter_weights`'], init),
-        'pretrained weights':
-        (['`pretrained/deit-tiny[-lape\\|-pvg\\|-mpvg]_in1k.pth`'],
-         pretrained),
-        'precision': (['fp32'], precision),
-        'gradient clipping': (['`clip_grad=None`'], clip),
-    }
-
-
-def upernet_rows():
-
-    def optimizer(c):
-        _adapter_common(c, 0.01, 12e-5)
-
-    def lr(c):
-        assert c.optim_wrapper.optimizer.lr == 12e-5
-
-    def decay(c):
-        assert c.optim_wrapper.optimizer.weight_decay == 0.01
-        assert c.optim_wrapper.paramwise_cfg.to_dict() == dict(
-            layer_decay_rate=0.95, flat_decay_mult=0.0)
-
-    def layer_decay(c):
-        assert c.optim_wrapper.constructor == \
-            'LaPELayerDecayOptimWrapperConstructor'
-        assert c.optim_wrapper.paramwise_cfg.layer_decay_rate == 0.95
-
-    def schedule(c):
-        assert [s.to_dict() for s in c.param_scheduler] == [
-            dict(
-                type='LinearLR',
-                start_factor=1e-6,
-                by_epoch=False,
-                begin=0,
-                end=1501),
-            dict(
-                type='PolyLR',
-                power=1.0,
-                eta_min=0.0,
-                by_epoch=False,
-                begin=0,
-                end=160001)
-        ]
-        assert c.train_cfg.max_iters == 160000
-
-    def batch(c):
-        assert c.train_dataloader.batch_size == 2
-
-    def train_pipeline(c):
-        pipe = c.train_dataloader.dataset.pipeline
-        assert types(pipe) == [
-            'LoadImageFromFile', 'LoadAnnotations', 'RandomResize',
-            'RandomCrop', 'RandomFlip', 'PhotoMetricDistortion',
-            'PackSegInputs'
-        ]
-        resize = find(pipe, 'RandomResize')
-        assert tuple(resize.scale) == (2048, 512)
-        assert tuple(resize.ratio_range) == (0.5, 2.0)
-        crop = find(pipe, 'RandomCrop')
-        assert tuple(crop.crop_size) == (512, 512)
-        assert crop.cat_max_ratio == 0.75
-        pre = c.model.data_preprocessor
-        assert tuple(pre.size) == (512, 512)
-        assert (pre.pad_val, pre.seg_pad_val) == (0, 255)
-        assert pre.mean == IMAGENET_MEAN
-
-    def test_pipeline(c):
-        pipe = c.test_dataloader.dataset.pipeline
-        assert tuple(find(pipe, 'Resize').scale) == (2048, 512)
-        assert find(pipe, 'ResizeToMultiple').size_divisor == 32
-        test = c.model.test_cfg
-        assert test.mode == 'slide' and tuple(test.stride) == (341, 341)
-        assert tuple(test.crop_size) == (512, 512)
-
-    def drop_path(c):
-        assert c.model.backbone.drop_path_rate == 0.1
-
-    def init(c):
-        assert c.model.backbone.type == 'LaPEViTAdapter'
-
-    def pretrained(c):
-        init = c.model.backbone.init_cfg
-        assert init.type == 'Pretrained' and init.prefix == 'backbone.'
-
-    def precision(c):
-        assert c.optim_wrapper.type == 'OptimWrapper'
-
-    def clip(c):
-        assert c.optim_wrapper.clip_grad is None
-
-    return {
-        'optimizer': (['`AdamW`', '`betas=(0.9, 0.999)`'], optimizer),
-        'lr': (['`lr=12e-5`'], lr),
-        'weight decay': (['`weight_decay=0.01`',
-                          '`flat_decay_mult=0.0`'], decay),
-        'layer decay': ([
-            '`LaPELayerDecayOptimWrapperConstructor`',
-            '`layer_decay_rate=0.95`'
-        ], layer_decay),
-        'schedule and warm-up': ([
-            '`LinearLR`', '`start_factor=1e-6`', '`end=1501`', '`PolyLR`',
-            '`end=160001`', '`power=1.0`', '`eta_min=0.0`'
-        ], schedule),
-        'batch': (['`8xb2`'], batch),
-        'train pipeline': (['crop 512'], train_pipeline),
-        'test pipeline':
-        (['`ResizeToMultiple` 32', "`mode='slide'`",
-          '`stride=(341, 341)`'], test_pipeline),
-        'drop path': (['`drop_path_rate=0.1`'], drop_path),
-        'initialisation': (['as for Mask R-CNN'], init),
-        'pretrained weights':
-        (["mmlape's DeiT-Ti of the same join"], pretrained),
-        'precision': (['fp32', '`--amp`'], precision),
-        'gradient clipping': (['`clip_grad=None`'], clip),
-    }
-
-
-def segmenter_rows():
-
-    def optimizer(c):
-        opt = c.optim_wrapper.optimizer
-        assert opt.type == 'SGD' and opt.momentum == 0.9
-
-    def lr(c):
-        assert c.optim_wrapper.optimizer.lr == 0.001
-
-    def decay(c):
-        assert c.optim_wrapper.optimizer.weight_decay == 0.0
-
-    def layer_decay(c):
-        assert c.optim_wrapper.get('constructor') is None
-
-    def schedule(c):
-        (poly, ) = c.param_scheduler
-        assert (poly.type, poly.power, poly.eta_min, poly.begin,
-                poly.end) == ('PolyLR', 0.9, 1e-4, 0, 160000)
-        assert c.train_cfg.max_iters == 160000
-
-    def batch(c):
-        assert c.train_dataloader.batch_size == 1
-
-    def train_pipeline(c):
-        crop = find(c.train_dataloader.dataset.pipeline, 'RandomCrop')
-        assert tuple(crop.crop_size) == (512, 512)
-        pre = c.model.data_preprocessor
-        assert pre.mean == IMAGENET_MEAN
-        assert pre.std == [58.395, 57.12, 57.375]
-
-    def test_pipeline(c):
-        test = c.model.test_cfg
-        assert test.mode == 'slide' and tuple(test.stride) == (480, 480)
-
-    def drop_path(c):
-        assert c.model.backbone.drop_path_rate == 0.1
-
-    def init(c):
-        bb = c.model.backbone
-        assert bb.get('patch_bias', True) is True
-        assert bb.interpolate_mode == 'bicubic'
-
-    def pretrained(c):
-        init = c.model.backbone.init_cfg
-        assert init.type == 'Pretrained' and init.prefix == 'backbone.'
-        assert c.model.pretrained is None
-
-    def precision(c):
-        assert c.optim_wrapper.type == 'OptimWrapper'
-
-    def clip(c):
-        assert c.optim_wrapper.get('clip_grad') is None
-
-    return {
-        'optimizer': (['`SGD`', '`momentum=0.9`'], optimizer),
-        'lr': (['`lr=0.001`'], lr),
-        'weight decay': (['`weight_decay=0.0`'], decay),
-        'layer decay': (['none'], layer_decay),
-        'schedule and warm-up': (['`PolyLR`', '`power=0.9`',
-                                  '`eta_min=1e-4`'], schedule),
-        'batch': (['`8xb1`'], batch),
-        'train pipeline':
-        (['`mean=[123.675, 116.28, 103.53]`'], train_pipeline),
-        'test pipeline': (["`mode='slide'`",
-                           '`stride=(480, 480)`'], test_pipeline),
-        'drop path': (['`drop_path_rate=0.1`'], drop_path),
-        'initialisation': (['patch-projection bias'], init),
-        'pretrained weights':
-        (["mmlape's DeiT-Ti of the same join"], pretrained),
-        'precision': (['fp32'], precision),
-        'gradient clipping': (['`clip_grad=None`'], clip),
-    }
-
-
-EXPECTED = {
-    'deit': deit_rows(),
-    'mask-rcnn': mask_rcnn_rows(),
-    'upernet': upernet_rows(),
-    'segmenter': segmenter_rows(),
-}
-
-
 # ----------------------------------------------------------------------
 # the document
 def _cells(line):
     return [c.strip() for c in re.split(r'(?<!\\)\|', line.strip())[1:-1]]
 
 
+@functools.lru_cache(maxsize=None)
 def doc_tables():
     """{family: {setting: mmlape cell}} from docs/recipes.md."""
     tables, family = {}, None
@@ -542,16 +136,46 @@ def doc_tables():
     return tables
 
 
-def test_document_has_every_row_and_shows_the_checked_values():
+def claim(span):
+    """(kind, name, values) that a code span of an mmlape cell claims, or
+    None when it is not a claim."""
+
+    def kwargs(source):  # the repository's own document
+        return eval(source, NAMESPACE)
+
+    call = re.fullmatch(r'([A-Z]\w*)(?:\((.*)\))?', span)
+    if call:
+        return 'type', call[1], kwargs(f'dict({call[2] or ""})')
+    if re.fullmatch(r"'\w+'|\.\w+", span):
+        return 'key', span.strip("'"), {}
+    batch = re.fullmatch(r'(\d+)xb(\d+)', span)
+    if batch:
+        return 'batch', span, dict(gpus=int(batch[1]), size=int(batch[2]))
+    if span.startswith('pretrained/'):
+        return 'checkpoint', span, {}
+    try:
+        return 'values', None, kwargs(f'dict({span})')
+    except (SyntaxError, NameError, TypeError):
+        return None
+
+
+def claims(cell):
+    return [(span, claim(span)) for span in re.findall(r'`([^`]+)`', cell)]
+
+
+def test_document_has_every_row_and_every_span_is_checked():
     tables = doc_tables()
     assert set(tables) == set(FAMILIES)
-    for family, rows in EXPECTED.items():
-        table = tables[family]
-        for row in ROWS:
-            assert row in table, (family, row)
-        for row, (snippets, _) in rows.items():
-            for snippet in snippets:
-                assert snippet in table[row], (family, row, snippet)
+    for family, table in tables.items():
+        assert set(ROWS) <= set(table), family
+        for row, cell in table.items():
+            if row not in SCOPES:
+                continue
+            said = [c for _, c in claims(cell) if c]
+            words = [w for r, w in WORDS if r == row and cell.startswith(w)]
+            assert said or words, (family, row, cell)
+            for span, c in claims(cell):
+                assert c or span in PROSE, (family, row, span)
 
 
 def test_readme_links_the_recipes():
@@ -564,13 +188,92 @@ def test_every_family_has_configs():
     assert found == set(FAMILIES)
 
 
+# ----------------------------------------------------------------------
+# the configs against the document
+def plain(value):
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def part(cfg, path):
+    for key in path.split('.'):
+        cfg = cfg.get(key) if isinstance(cfg, dict) else None
+    return cfg
+
+
+def dicts(obj):
+    """Every dict in ``obj``, in order, nested ones included."""
+    if isinstance(obj, dict):
+        yield obj
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        for item in obj:
+            yield from dicts(item)
+
+
+def holds(d, kind, name, values):
+    return (kind != 'type' or d.get('type') == name) and all(
+        k in d and plain(d[k]) == plain(v) for k, v in values.items())
+
+
+def check_claim(cfg, path, scope, span, kind, name, values):
+    found = list(dicts(scope))
+    if kind == 'key' or (kind == 'type' and not values):
+        assert any(name in d or name in d.values() for d in found), span
+    elif kind in ('type', 'values'):
+        assert any(holds(d, kind, name, values) for d in found), span
+    elif kind == 'batch':
+        assert cfg['train_dataloader']['batch_size'] == values['size']
+        total = values['gpus'] * values['size']
+        assert cfg.get('auto_scale_lr', {}).get('base_batch_size',
+                                                total) == total
+    else:  # the checkpoint of the config's own join
+        want = re.sub(
+            r'\[(.*)\]', lambda m: next(
+                (j for j in m[1].split('\\|')
+                 if f'{j}_' in osp.basename(path)), ''), span)
+        assert any(d.get('checkpoint') == want for d in found), (span, want)
+
+
+def check_pipeline(pipeline, said, span):
+    """The transforms a pipeline row names are all of the pipeline's, but
+    loading and packing, in the document's order."""
+    body = [t for t in pipeline if not t['type'].startswith(('Load', 'Pack'))]
+    named = [
+        next((i for i, t in enumerate(body) if holds(t, *c)), None)
+        for c in said if c[0] == 'type'
+    ]
+    named = [i for i in named if i is not None]
+    if named:
+        assert named == list(range(len(body))), (span, named)
+
+
 @pytest.mark.parametrize(
     'path', CONFIGS, ids=lambda p: osp.relpath(p, osp.join(ROOT, 'configs')))
 def test_config_follows_the_recipe(path):
-    cfg = load(path)
-    for row, (_, check) in EXPECTED[family_of(path)].items():
+    cfg = load(path).to_dict()
+    for row, cell in doc_tables()[family_of(path)].items():
+        if row not in SCOPES:
+            continue
         try:
-            check(cfg)
+            for (r, words), check in WORDS.items():
+                if r == row and cell.startswith(words):
+                    assert check(cfg), words
+            sets = [SCOPES[row]]
+            if '{}' in sets[0][0]:
+                sets = [[p.format(s) for p in sets[0]]
+                        for s in ('test', 'val')]
+            for paths in sets:
+                scope = [part(cfg, p) for p in paths]
+                said = [c for _, c in claims(cell) if c]
+                for span, c in claims(cell):
+                    if c:
+                        check_claim(cfg, path, scope, span, *c)
+                if 'pipeline' in row:
+                    check_pipeline(scope[0], said, cell)
         except AssertionError as err:
             raise AssertionError(
                 f'{osp.basename(path)} drifts from docs/recipes.md, row '
