@@ -18,6 +18,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from mmlape.models.checkpoint import unwrap_state_dict
+from mmlape.models.layers.parts import init_defaults
 from mmlape.models.layers.pe_join import BasePEJoin
 from mmlape.registry import FFNS, MODELS, PE_JOINS, POOLINGS, TOKENIZERS
 from mmlape.utils.errors import CheckpointError
@@ -52,14 +53,12 @@ class _Opaque(str):
 
 
 def _literal(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if (isinstance(node, ast.UnaryOp) and isinstance(node.op,
-                                                     (ast.USub, ast.UAdd))
-            and isinstance(node.operand, ast.Constant)
-            and type(node.operand.value) in (int, float)):
-        value = node.operand.value
-        return -value if isinstance(node.op, ast.USub) else value
+    """``node``'s value where it is a literal or ``dict(...)`` (containers
+    evaluated item by item), else its source text; nothing is run."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == 'dict' and not node.args
+            and all(kw.arg for kw in node.keywords)):
+        return {kw.arg: _literal(kw.value) for kw in node.keywords}
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [_literal(e) for e in node.elts]
         return items if isinstance(node, ast.List) else tuple(items)
@@ -68,11 +67,10 @@ def _literal(node: ast.AST) -> Any:
             _literal(k): _literal(v)
             for k, v in zip(node.keys, node.values)
         }
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id == 'dict' and not node.args
-            and all(kw.arg for kw in node.keywords)):
-        return {kw.arg: _literal(kw.value) for kw in node.keywords}
-    return _Opaque(ast.unparse(node))
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _Opaque(ast.unparse(node))
 
 
 def recorded_model(meta_cfg: Any) -> Optional[dict]:
@@ -97,18 +95,6 @@ def recorded_model(meta_cfg: Any) -> Optional[dict]:
     return None
 
 
-def _defaults(cls: type) -> Dict[str, Any]:
-    """The defaults of ``cls``'s constructor, its bases' included."""
-    out: Dict[str, Any] = {}
-    for klass in cls.__mro__:
-        if '__init__' in vars(klass) and klass.__module__.startswith('mmlape'):
-            for name, param in inspect.signature(
-                    klass.__init__).parameters.items():
-                if param.default is not param.empty:
-                    out.setdefault(name, param.default)
-    return out
-
-
 def _part_cfg(kind: str, cfg: Any) -> Any:
     """A part's config with its type's registered name and every option's
     value (defaults filled in; a join's context arguments left out)."""
@@ -121,21 +107,10 @@ def _part_cfg(kind: str, cfg: Any) -> Any:
         return cfg
     context = inspect.signature(BasePEJoin.__init__).parameters
     out = dict(type=name)
-    for key, value in _defaults(cls).items():
+    for key, value in init_defaults(cls).items():
         if kind != 'pe_join' or key not in context:
             out[key] = cfg.get(key, value)
     return dict(out, **{k: v for k, v in cfg.items() if k not in out})
-
-
-def _arch_settings(cls: type, arch: Any) -> dict:
-    """Everything the arch ``arch`` names sets (a ViT-Adapter preset names
-    a ViT arch and adds options of the adapter)."""
-    if isinstance(arch, dict):
-        return dict(arch)
-    preset = dict(getattr(cls, 'adapter_zoo', {}).get(arch) or {})
-    arch = preset.pop('arch', arch)
-    return dict(
-        getattr(cls, 'arch_zoo', {}).get(arch, {'name': arch}), **preset)
 
 
 def _tuples(value: Any) -> Any:
@@ -148,17 +123,14 @@ def _tuples(value: Any) -> Any:
 
 def _describe(cls: Optional[type], backbone: dict,
               options: Tuple[str, ...]) -> Dict[str, tuple]:
-    """``option -> (value to show, value to compare)``."""
-    defaults = _defaults(cls) if cls else {}
-    given = dict(defaults, **backbone) if cls else backbone
-    settings = _arch_settings(cls, given.get('arch')) if cls else {}
+    """``option -> (value to show, value to compare)``, each value as the
+    class fills it in (``structural_config``)."""
+    resolve = getattr(cls, 'structural_config', None)
+    given = resolve(backbone) if resolve else backbone
+    settings = cls.arch_settings_of(given.get('arch')) if resolve else {}
     out = {}
-    for name in (n for n in options if n in given or n in defaults):
-        value = given.get(name)
-        if value is None and cls is not None:
-            value = settings.get(name,
-                                 getattr(cls, 'option_defaults', {}).get(name))
-        compare = value
+    for name in (n for n in options if n in given):
+        value = compare = given[name]
         if name == 'arch':
             compare = {k: v for k, v in settings.items() if k not in options}
         elif name == 'img_size' and isinstance(value, int):

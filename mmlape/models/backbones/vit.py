@@ -133,11 +133,7 @@ class LaPEViT(LaPEBackbone):
         >>> cct(torch.randn(2, 3, 32, 32))[0].shape
         torch.Size([2, 256])
     """
-    #: What an option takes when neither its argument nor the arch sets it.
     option_defaults = VIT_OPTION_DEFAULTS
-    #: The arguments that change the parameter layout or what the model
-    #: computes: a checkpoint saved with other values is another model's
-    #: (:func:`mmlape.apis.backbone_differences`).
     STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
                           'patch_bias', 'tokenizer', 'pe_type', 'pe_join',
                           'with_cls_token', 'out_type', 'out_indices',
@@ -179,7 +175,7 @@ class LaPEViT(LaPEBackbone):
         self.arch_settings = arch = parse_vit_arch(arch, self.arch_zoo)
 
         def pick(name, value, default):
-            return value if value is not None else arch.get(name, default)
+            return self.pick_option(name, value, arch, default)
 
         defaults = self.option_defaults
 

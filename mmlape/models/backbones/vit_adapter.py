@@ -25,7 +25,7 @@ ViT-Adapter"): (a) the PVG join alone (the checkpoint's ``norm`` and
 The adapter's own modules start as in the official code, generic first and
 specialised last (:func:`~mmlape.models.layers.adapter.init_adapter_weights`).
 """
-from typing import Dict, List, Literal, Optional, Sequence, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
@@ -115,6 +115,16 @@ class LaPEViTAdapter(LaPEViT):
     #: instead of being reported as missing ViT weights.
     new_key_pattern = (r'^(level_embed|spm\.|interactions\.|up\.|norm[1-4]\.'
                        r'|blocks\.\d+\.gamma[12]$)')
+
+    @classmethod
+    def arch_settings_of(cls, arch: Any) -> Dict:
+        """A preset of :attr:`adapter_zoo` names a ViT arch and adds options
+        of the adapter."""
+        if isinstance(arch, dict):
+            return dict(arch)
+        preset = dict(cls.adapter_zoo.get(arch) or {})
+        return dict(super().arch_settings_of(preset.pop('arch', arch)),
+                    **preset)
 
     def __init__(self,
                  arch: Union[str, Dict] = 'tiny',

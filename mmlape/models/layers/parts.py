@@ -12,12 +12,12 @@ type or option ends in a ``ValueError`` that names the part, the bad value
 and what is allowed.
 """
 import inspect
-from typing import Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import torch.nn as nn
 from mmengine.registry import Registry
 
-__all__ = ['build_part', 'part_names', 'part_options']
+__all__ = ['build_part', 'init_defaults', 'part_names', 'part_options']
 
 
 def part_names(registry: Registry) -> List[str]:
@@ -46,6 +46,19 @@ def part_options(cls: type) -> List[str]:
         if '__init__' in vars(klass):
             allowed |= set(inspect.signature(klass.__init__).parameters)
     return sorted(allowed - {'self', 'args', 'kwargs'})
+
+
+def init_defaults(cls: type) -> Dict[str, Any]:
+    """The defaults of ``cls``'s constructor and of its mmlape bases'
+    (the nearest class's first)."""
+    out: Dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if '__init__' in vars(klass) and klass.__module__.startswith('mmlape'):
+            for name, param in inspect.signature(
+                    klass.__init__).parameters.items():
+                if param.default is not param.empty:
+                    out.setdefault(name, param.default)
+    return out
 
 
 def part_class(registry: Registry, kind: str,
