@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from ..layers.pos_embed import build_1d_sincos
-from .common import CheckpointFamily, Converted, Layout, Rules, select_backbone
+from .common import (CheckpointFamily, Converted, Layout, Rules, rename_keys,
+                     select_backbone)
 
 __all__ = [
     'FAMILY_FORMATS', 'VIT_FAMILY', 'detect_vit_family_format',
@@ -164,7 +165,7 @@ def convert_vit_family(
                          f'{list(state_dict)[:5]}')
     head_prefix = _FAMILY_HEADS[fmt]
     patch_tokenizer = 'tokenizer.conv_layers.0.0.bias' in state_dict
-    backbone, head = OrderedDict(), OrderedDict()
+    backbone, head, rest = OrderedDict(), OrderedDict(), OrderedDict()
     for key, value in state_dict.items():
         if key.startswith(head_prefix):
             head[key[len(head_prefix):]] = value
@@ -186,13 +187,8 @@ def convert_vit_family(
                 backbone[f'patch_embed.layers.{m.group(1)}.conv.'
                          f'{m.group(2)}'] = value
             continue
-        for pattern, repl in _FAMILY_RULES[fmt]:
-            if re.match(pattern, key):
-                backbone[re.sub(pattern, repl, key)] = value
-                break
-        else:
-            raise ValueError(f'Cannot convert key "{key}" of a {fmt} '
-                             f'checkpoint: mmlape has no counterpart')
+        rest[key] = value
+    backbone.update(rename_keys(rest, _FAMILY_RULES[fmt], f'a {fmt}'))
     return backbone, head
 
 
