@@ -39,7 +39,6 @@ _PARTS = dict(
     tokenizer=(TOKENIZERS, 'Patch'),
     ffn=(FFNS, 'MLP'),
     pooling=(POOLINGS, None))
-_MISSING = object()
 _ADVICE = ('Use a checkpoint saved with this config (to initialise from '
            'another model, use --cfg-options load_from=... or the backbone '
            'init_cfg instead).')
