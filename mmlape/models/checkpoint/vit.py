@@ -75,6 +75,11 @@ _MMPRETRAIN_RULES: Rules = [
     (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
     (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
     (r'^ln1\.', 'norm.'),
+    # the norm after GAP (out_type='avg_featmap'), the pre-norm (mmseg:
+    # ln_pre) and the patch norm (mmseg's patch_norm)
+    (r'^ln2\.', 'fc_norm.'),
+    (r'^(pre_norm|ln_pre)\.', 'pre_norm.'),
+    (r'^patch_embed\.norm\.', 'patch_embed.norm.'),
     (r'^(cls_token|pos_embed|dist_token)$', r'\1'),
 ]
 _MMSEG_RULES: Rules = [

@@ -216,6 +216,8 @@ class TransformerBlock(nn.Module):
         norm2_in_residual (bool): The stream itself becomes ``norm2(x')``
             before the FFN residual (the encoder layer of
             Compact-Transformers). Defaults to False.
+        attn_drop_path (bool): Stochastic depth on the attention residual
+            too (mmseg's ViT drops the FFN residual only). Defaults to True.
 
     Example:
         >>> from mmlape.models.layers.pe_plan import LayerPE
@@ -239,7 +241,8 @@ class TransformerBlock(nn.Module):
                  rel_pos_grid: Optional[Sequence[int]] = None,
                  qk_scale: Optional[float] = None,
                  ffn_cfg: Optional[Dict] = None,
-                 norm2_in_residual: bool = False) -> None:
+                 norm2_in_residual: bool = False,
+                 attn_drop_path: bool = True) -> None:
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = Attention(
@@ -253,6 +256,7 @@ class TransformerBlock(nn.Module):
             qk_scale=qk_scale)
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+        self.attn_drop_path = attn_drop_path
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.mlp = build_part(
             FFNS,
@@ -289,7 +293,7 @@ class TransformerBlock(nn.Module):
         h = self.attn(h, attn_bias, hw)
         if self.layer_scale:
             h = self.gamma1 * h
-        x = x + self.drop_path(h)
+        x = x + (self.drop_path(h) if self.attn_drop_path else h)
         if self.norm2_in_residual:
             x = self.norm2(x)
             h = self.mlp(x, hw)
