@@ -144,8 +144,7 @@ class LaPESegViT(LaPEViT):
     """
     STRUCTURAL_OPTIONS = LaPEViT.STRUCTURAL_OPTIONS + (
         'patch_pad', 'embed_dims', 'num_layers', 'num_heads', 'mlp_ratio',
-        'out_origin', 'output_cls_token', 'act_cfg', 'patch_norm',
-        'num_fcs')
+        'out_origin', 'output_cls_token', 'act_cfg', 'patch_norm', 'num_fcs')
 
     def __init__(self,
                  img_size: Union[int, Sequence[int]] = 224,
@@ -194,8 +193,8 @@ class LaPESegViT(LaPEViT):
         elif pretrained is not None:
             raise TypeError(f'pretrained must be a str or None, got '
                             f'{pretrained!r}')
-        if not isinstance(out_indices, (int, list, tuple)) or isinstance(
-                out_indices, bool):
+        if not isinstance(out_indices,
+                          (int, list, tuple)) or isinstance(out_indices, bool):
             raise TypeError(f'out_indices must be an int, list or tuple, got '
                             f'{out_indices!r}')
         super().__init__(
@@ -271,8 +270,8 @@ class LaPESegViT(LaPEViT):
 
     # ------------------------------------------------------------------
     # mmseg's outputs
-    def _seg_output(self, x: Tensor, hw: Tuple[int, int]) -> Union[Tensor,
-                                                                    List]:
+    def _seg_output(self, x: Tensor, hw: Tuple[int,
+                                               int]) -> Union[Tensor, List]:
         patches = x[:, self.num_extra_tokens:]
         b, _, c = patches.shape
         featmap = patches.transpose(1, 2).reshape(b, c, *hw).contiguous()
@@ -283,13 +282,13 @@ class LaPESegViT(LaPEViT):
     def _origin_outputs(self, x: Tensor, hw: Tuple[int, int]) -> List:
         return [self._seg_output(x, hw)] if self.out_origin else []
 
-    def _format_output(self,
-                       x: Tensor,
-                       hw: Tuple[int, int],
-                       plan: PEPlan,
-                       last: bool,
-                       cls_tokens: Optional[List[Tensor]] = None
-                       ) -> Union[Tensor, List]:
+    def _format_output(
+            self,
+            x: Tensor,
+            hw: Tuple[int, int],
+            plan: PEPlan,
+            last: bool,
+            cls_tokens: Optional[List[Tensor]] = None) -> Union[Tensor, List]:
         if last and self.final_norm:
             x = self.final(x, plan)
         return self._seg_output(x, hw)

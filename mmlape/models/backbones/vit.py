@@ -98,9 +98,9 @@ class LaPEViT(LaPEBackbone):
             True.
         out_type (str, optional): ``'cls_token'`` (B, C), ``'avg_featmap'``
             (GAP then a norm, ``fc_norm``: mmpretrain's ``ln2``; PVG/MPVG
-            and T2T-ViT pool without it, B, C), ``'pooled'`` (the ``pooling`` part, B, C),
-            ``'featmap'`` (B, C, H, W) or ``'raw'`` (B, N', C). Defaults to
-            ``'cls_token'``.
+            and T2T-ViT pool without it, B, C), ``'pooled'`` (the
+            ``pooling`` part, B, C), ``'featmap'`` (B, C, H, W) or
+            ``'raw'`` (B, N', C). Defaults to ``'cls_token'``.
         out_indices (int | Sequence[int]): Layers whose output is returned.
             Defaults to -1 (the last).
         final_norm (bool): Apply the final norm (``norm``) to the last

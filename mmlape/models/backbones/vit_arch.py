@@ -25,8 +25,8 @@ from ..layers.tokenizers import PatchEmbed
 
 __all__ = [
     'ARCH_KEYS', 'ARCH_OPTIONS', 'VIT_ARCH_ZOO', 'VIT_OPTION_DEFAULTS',
-    'MMPRETRAIN_VIT_ARCHS', 'parse_vit_arch', 'build_tokenizer',
-    'block_cfgs', 'pooling_cfg', 'per_layer', 'gap_norm_applies'
+    'MMPRETRAIN_VIT_ARCHS', 'parse_vit_arch', 'build_tokenizer', 'block_cfgs',
+    'pooling_cfg', 'per_layer', 'gap_norm_applies'
 ]
 
 #: Keys every arch has.
@@ -55,7 +55,6 @@ VIT_OPTION_DEFAULTS = dict(
     with_cls_token=True,
     qkv_bias=True,
     norm_cfg=LN6)
-
 
 
 def _vit(embed_dims: int, num_layers: int, num_heads: int,
@@ -199,8 +198,8 @@ def parse_vit_arch(arch: Union[str, Dict], zoo: Dict[str, Dict]) -> Dict:
     return dict(arch)
 
 
-def gap_norm_applies(out_type: str, arch: Dict,
-                     pe_join: Union[None, str, Dict]) -> bool:
+def gap_norm_applies(out_type: str, arch: Dict, pe_join: Union[None, str,
+                                                               Dict]) -> bool:
     """Whether ``out_type='avg_featmap'`` normalises the pooled vector.
 
     mmpretrain's ViT does (its ``ln2``; mmlape's ``fc_norm``), its T2T-ViT

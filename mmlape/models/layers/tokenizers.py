@@ -93,8 +93,7 @@ class PatchEmbed(nn.Module):
                  embed_dims: int,
                  patch_size: int = 16,
                  bias: bool = True,
-                 weight_init: Literal['default',
-                                      'kaiming_normal'] = 'default',
+                 weight_init: Literal['default', 'kaiming_normal'] = 'default',
                  stride: Optional[int] = None,
                  padding: Union[None, str, int] = 'corner',
                  dilation: int = 1,
@@ -157,8 +156,10 @@ class PatchEmbed(nn.Module):
         pad = self.padding if isinstance(self.padding, int) else 0
         span = (p - 1) * self.dilation + 1
         grid = tuple(
-            conv_out(n + (self.adaptive_pad(n) if isinstance(
-                self.padding, str) else 0), span, s, pad) for n in (h, w))
+            conv_out(
+                n +
+                (self.adaptive_pad(n) if isinstance(self.padding, str) else 0),
+                span, s, pad) for n in (h, w))
         return _check_grid('Patch', (h, w), grid)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Grid]:
