@@ -95,7 +95,9 @@ class LaPESegViT(LaPEViT):
             (after the PE and ``pre_norm``), first. Defaults to False.
         out_indices (int | list | tuple): Layers whose feature map is
             returned. Defaults to -1.
-        qkv_bias (bool): Defaults to True.
+        qkv_bias (bool): Biases of the attention's input and output
+            projections (as mmseg's ``nn.MultiheadAttention``). Defaults to
+            True.
         drop_rate (float): Defaults to 0.
         attn_drop_rate (float): Defaults to 0.
         drop_path_rate (float): Stochastic depth, on the FFN residual only
@@ -225,8 +227,13 @@ class LaPESegViT(LaPEViT):
                 type='Patch',
                 padding=patch_pad,
                 norm_cfg=norm_cfg if patch_norm else None),
+            # mmseg: no drop path on the attention residual, and without
+            # a qkv bias no output-projection bias (nn.MultiheadAttention)
             layer_cfgs=dict(
-                act_cfg=act_cfg, num_fcs=num_fcs, attn_drop_path=False),
+                act_cfg=act_cfg,
+                num_fcs=num_fcs,
+                attn_drop_path=False,
+                proj_bias=qkv_bias),
             pre_norm=pre_norm,
             init_cfg=init_cfg)
         self.pretrained = pretrained

@@ -304,11 +304,13 @@ def build_tokenizer(
 
 
 #: What an entry of mmpretrain's ``layer_cfgs`` may set, as the block's
-#: argument; ``act_cfg`` goes to the MLP, ``attn_drop_path`` is mmlape's.
+#: argument; ``act_cfg`` goes to the MLP, ``attn_drop_path`` and
+#: ``proj_bias`` are mmlape's (for mmseg's ViT).
 LAYER_CFG_KEYS = ('num_heads', 'feedforward_channels',
                   'layer_scale_init_value', 'drop_rate', 'attn_drop_rate',
                   'drop_path_rate', 'qkv_bias', 'norm_cfg', 'act_cfg',
-                  'num_fcs', 'ffn_type', 'embed_dims', 'attn_drop_path')
+                  'num_fcs', 'ffn_type', 'embed_dims', 'attn_drop_path',
+                  'proj_bias')
 
 
 def block_cfgs(layer_cfgs: Union[None, Dict, Sequence[Dict]],

@@ -449,7 +449,8 @@ class ViTCheckpoints(CheckpointFamily):
         """The layout of the keys under ``prefix`` decides which PE rows
         are extra tokens; rows the model cannot use (a distillation
         token's, the official ViT-Adapter's unused row) are dropped, then
-        :func:`fit_pos_embed` fits the rest."""
+        :func:`fit_pos_embed` fits the rest; a class token the model does
+        not have is dropped."""
         key = prefix + 'pos_embed'
         if key not in state_dict or spec.pos_embed_shape is None:
             return []
@@ -465,6 +466,11 @@ class ViTCheckpoints(CheckpointFamily):
         src_extra = 1 if 'cls' in layout.extra_rows else 0
         state_dict[key], notes = fit_pos_embed(conv.state_dict['pos_embed'],
                                                src_extra, spec, key)
+        if spec.num_extra_tokens == 0 and prefix + 'cls_token' in state_dict:
+            # (mmseg's ViT keeps an unused class token without one)
+            del state_dict[prefix + 'cls_token']
+            notes.append(f'dropped {prefix}cls_token: this model has no '
+                         f'class token')
         return conv.notes + notes
 
     def backbone_state(self, checkpoint: Mapping,
