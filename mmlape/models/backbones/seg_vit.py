@@ -139,6 +139,7 @@ class LaPESegViT(LaPEViT):
             entries, and :class:`LaPEViT`'s refusals.
 
     Example:
+        >>> import torch
         >>> vit = LaPESegViT(img_size=64, embed_dims=64, num_layers=2,
         ...                  num_heads=2, out_indices=(0, 1))
         >>> [o.shape for o in vit(torch.randn(1, 3, 70, 64))]
