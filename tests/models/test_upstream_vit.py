@@ -233,6 +233,31 @@ def test_frozen_stages_zero_freezes_nothing():
     assert 'blocks.1.norm1.weight' not in frozen
 
 
+@pytest.mark.parametrize('stages', [0, 1, 3])
+def test_frozen_stages_freeze_what_mmpretrain_freezes(stages):
+    """The frozen parameters, in mmlape's names, are mmpretrain's."""
+    from mmpretrain.models import VisionTransformer
+    cfg = tiny_cfg(
+        frozen_stages=stages,
+        out_type='avg_featmap',
+        pre_norm=True,
+        drop_path_rate=0.)
+    ref = VisionTransformer(**deepcopy(cfg))
+    ref.train()
+    ours = LaPEViT(**cfg).train()
+    frozen_ref = {
+        k: p
+        for k, p in ref.named_parameters() if not p.requires_grad
+    }
+    frozen_ref = set(convert_backbone(frozen_ref, 'mmpretrain')) if \
+        frozen_ref else set()
+    assert frozen_ref == {
+        k
+        for k, p in ours.named_parameters() if not p.requires_grad
+    }
+    assert ours.drop_after_pos.training == (stages == 0)
+
+
 # ----------------------------------------------------------------------
 # same weights as mmpretrain's VisionTransformer
 def _randomize(model):
