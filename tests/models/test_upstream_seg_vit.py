@@ -419,3 +419,17 @@ def test_readme_example_inherits_the_host_config(tmp_path):
     assert type(model.backbone).__name__ == 'LaPESegViT'
     assert model.backbone.pe_join.name == 'LaPE'
     assert model.backbone.embed_dims == 192 and model.backbone.final_norm
+
+
+def test_a_thin_translator_of_lapevit():
+    """LaPESegViT adds no block loop, plan or checkpoint code of its own:
+    LaPEViT's blocks and forward, the base's checkpoint hooks."""
+    from mmlape.models import LaPEViT
+    from mmlape.models.backbones.base import LaPEBackbone
+    assert issubclass(LaPESegViT, LaPEViT)
+    for method in ('forward', 'forward_blocks', 'embed', '_build_plan',
+                   'checkpoint_spec'):
+        assert method not in vars(LaPESegViT), method
+    for method in ('pe_plan', '_fit_state_dict', 'load_pretrained'):
+        owners = [k for k in LaPESegViT.__mro__ if method in vars(k)]
+        assert owners == [LaPEBackbone], method
