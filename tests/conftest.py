@@ -354,6 +354,18 @@ TINY_BACKBONES = {
                  drop_path_rate=0.)),
     'vit-adapter': ('LaPEViTAdapter', 'learnable',
                     dict(arch='test-tiny', img_size=64, init_values=0.1)),
+    # mmseg's signature: no arch; every option that adds a module is on
+    'seg-vit': ('LaPESegViT', 'learnable',
+                dict(
+                    img_size=IMG,
+                    patch_size=8,
+                    embed_dims=64,
+                    num_layers=4,
+                    num_heads=2,
+                    out_indices=(1, 3),
+                    final_norm=True,
+                    patch_norm=True,
+                    pre_norm=True)),
 }
 
 
@@ -383,7 +395,7 @@ def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
     from mmlape.models.layers import pe_join_classes
     cls_name, _, args = TINY_BACKBONES[name]
     args = dict(args)
-    arch = args.pop('arch')
+    arch = args.pop('arch', None)
     if cls_name == 'LaPEViT' and arch in LaPEViT.arch_zoo and \
             arch != 'test-tiny':
         arch = dict(LaPEViT.arch_zoo[arch], **SMALL_FAMILY)
@@ -398,7 +410,13 @@ def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
     if cls_name == 'LaPEViTAdapter' and getattr(
             join_cls, 'adds_pe_at_final_norm', False):
         args.update(final_norm=True)
+    if cls_name == 'LaPESegViT' and \
+            not getattr(join_cls, 'allows_cls_token', True):
+        args.update(with_cls_token=False)
     args.update(kwargs)
+    if cls_name == 'LaPESegViT':
+        from mmlape.models import LaPESegViT
+        return LaPESegViT(pe_join=join, **args)
     cls = dict(
         LaPEViT=LaPEViT, LaPESwin=LaPESwin,
         LaPEViTAdapter=LaPEViTAdapter)[cls_name]

@@ -37,8 +37,14 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]], count: int,
     """``out_indices`` (an int or a sequence, negative ones counted from the
     end) as sorted distinct indices into ``count`` ``what`` (layers,
     stages); a clear error for none or one outside ``[-count, count)``."""
-    if isinstance(out_indices, int):
+    if isinstance(out_indices, int) and not isinstance(out_indices, bool):
         out_indices = [out_indices]
+    if not isinstance(out_indices, Sequence) or isinstance(
+            out_indices, str) or not all(
+                isinstance(i, int) and not isinstance(i, bool)
+                for i in out_indices):
+        raise TypeError(f'out_indices must be an int or a sequence of ints, '
+                        f'got {out_indices!r} ({type(out_indices)})')
     if not out_indices:
         raise ValueError(f'out_indices must name at least one of the '
                          f'{count} {what}')

@@ -36,8 +36,9 @@ from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed
 from .base import LaPEBackbone, parse_out_indices
-from .vit_arch import (VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, build_tokenizer,
-                       parse_vit_arch, per_layer, pooling_cfg, to_2tuple)
+from .vit_arch import (VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, block_cfgs,
+                       build_tokenizer, gap_norm_applies, parse_vit_arch,
+                       per_layer, pooling_cfg, to_2tuple)
 
 __all__ = ['LaPEViT', 'PatchEmbed']
 
@@ -47,24 +48,46 @@ class LaPEViT(LaPEBackbone):
     """Vision Transformer whose position embedding join comes from config.
 
     Arguments left at None take the arch's value (see ``arch_zoo``), else
-    the DeiT default given below.
+    the DeiT default given below. Every argument of mmpretrain 1.2.0's
+    ``VisionTransformer`` is accepted with its meaning and default, so a
+    host config swaps ``type='VisionTransformer'`` for ``type='LaPEViT'``
+    and, with the default join, computes the same on the same weights.
 
     Args:
-        arch (str | dict): One of ``arch_zoo``: ``'deit-tiny'``,
-            ``'deit-small'``, ``'deit-base'``, ``'t2t-vit-7'``,
-            ``'ceit-tiny'``, ``'vit-lite-7/4'``, ``'cct-7/3x1'`` or
-            ``'test-tiny'`` (64 dims, 4 layers, for tests); or a dict with
+        arch (str | dict): One of ``arch_zoo``: mmpretrain's (``'s'``,
+            ``'b'``, ``'l'``, ``'h'`` and their long names, ``'eva-g'``,
+            ``'deit-t'``/``'deit-tiny'``, ``'deit-s'``, ``'deit-b'``,
+            ``'dinov2-s'``, ``'dinov2-g'``; case-insensitive) and mmlape's
+            ``'t2t-vit-7'``, ``'ceit-tiny'``, ``'vit-lite-7/4'``,
+            ``'cct-7/3x1'`` or ``'test-tiny'`` (64 dims, 4 layers, refuses
+            inputs that are not whole patches; for tests); or a dict with
             ``embed_dims``, ``num_layers``, ``num_heads``,
             ``feedforward_channels`` and optionally any of
             :data:`~mmlape.models.backbones.vit_arch.ARCH_OPTIONS`.
-            Defaults to ``'deit-tiny'``.
+            Defaults to ``'base'`` (mmpretrain's default).
         img_size (int | tuple, optional): Pretraining size; sets the PE grid
             through the tokenizer. Defaults to 224.
         patch_size (int, optional): Patch side of the ``Patch`` tokenizer.
             Defaults to 16.
         in_channels (int): Defaults to 3.
         patch_bias (bool, optional): Bias of the ``Patch`` tokenizer's
-            projection (DeiT has one, mmseg's ViT not). Defaults to True.
+            projection (DeiT has one, mmseg's ViT not). Defaults to
+            ``not pre_norm`` (mmpretrain's rule).
+        patch_cfg (dict, optional): mmpretrain's ``patch_cfg``: mmcv
+            ``PatchEmbed`` arguments (``kernel_size``, ``stride``,
+            ``padding``, ``dilation``, ``bias``, ``norm_cfg``,
+            ``input_size``) that override the ``Patch`` tokenizer's.
+            Inputs that are not whole patches are padded at the bottom and
+            right (``padding='corner'``) unless the tokenizer says
+            otherwise. Defaults to None (no override).
+        pre_norm (bool): A norm (``pre_norm``) on the tokens after the PE
+            and before the first layer (CLIP). Defaults to False.
+        layer_cfgs (dict | Sequence[dict], optional): mmpretrain's
+            ``layer_cfgs``: arguments of every encoder layer (one dict) or
+            of each: ``num_heads``, ``feedforward_channels``, ``drop_rate``,
+            ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
+            ``norm_cfg``, ``layer_scale_init_value``, ``act_cfg``
+            (``num_fcs=2``, ``ffn_type='origin'``). Defaults to None.
         pe_join (dict | str, optional): The join, e.g.
             ``dict(type='LaPE', hierarchical=True)``; one of ``Default``,
             ``Share``, ``Unshare``, ``LaPE``, ``PVG``, ``MPVG``. Defaults to
@@ -74,9 +97,10 @@ class LaPEViT(LaPEBackbone):
         with_cls_token (bool, optional): Prepend a class token. Defaults to
             True.
         out_type (str, optional): ``'cls_token'`` (B, C), ``'avg_featmap'``
-            (GAP, B, C), ``'pooled'`` (the ``pooling`` part, B, C),
-            ``'featmap'`` (B, C, H, W) or ``'raw'`` (B, N', C). Defaults to
-            ``'cls_token'``.
+            (GAP then a norm, ``fc_norm``: mmpretrain's ``ln2``; PVG/MPVG
+            and T2T-ViT pool without it, B, C), ``'pooled'`` (the
+            ``pooling`` part, B, C), ``'featmap'`` (B, C, H, W) or
+            ``'raw'`` (B, N', C). Defaults to ``'cls_token'``.
         out_indices (int | Sequence[int]): Layers whose output is returned.
             Defaults to -1 (the last).
         final_norm (bool): Apply the final norm (``norm``) to the last
@@ -95,8 +119,11 @@ class LaPEViT(LaPEBackbone):
             (0 = global). Defaults to 0.
         interpolate_mode (str): How the raw PE is resized for another grid.
             Defaults to ``'bicubic'``.
-        frozen_stages (int): Freeze the embeddings and the first
-            ``frozen_stages`` layers; -1 freezes nothing. Defaults to -1.
+        frozen_stages (int): When positive, freeze the embeddings (patch
+            embedding, class token, PE, ``pre_norm``) and the first
+            ``frozen_stages`` layers, and with all layers the final norms
+            and the join; 0 or -1 freeze nothing (as mmpretrain).
+            Defaults to -1.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
         cache_pe_plan (bool): In eval mode without autograd, compute the PE
             plan once per grid and reuse it until weights change.
@@ -139,13 +166,13 @@ class LaPEViT(LaPEBackbone):
                           'with_cls_token', 'out_type', 'out_indices',
                           'final_norm', 'qkv_bias', 'norm_cfg',
                           'layer_scale_init_value', 'window_size', 'ffn',
-                          'pooling')
+                          'pooling', 'patch_cfg', 'layer_cfgs', 'pre_norm')
     arch_zoo = VIT_ARCH_ZOO
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
     checkpoint_family = VIT
 
     def __init__(self,
-                 arch: Union[str, Dict] = 'deit-tiny',
+                 arch: Union[str, Dict] = 'base',
                  img_size: Union[None, int, Sequence[int]] = None,
                  patch_size: Optional[int] = None,
                  in_channels: int = 3,
@@ -170,6 +197,9 @@ class LaPEViT(LaPEBackbone):
                  tokenizer: Union[None, str, Dict] = None,
                  ffn: Union[None, str, Dict] = None,
                  pooling: Union[None, str, Dict] = None,
+                 patch_cfg: Optional[Dict] = None,
+                 layer_cfgs: Union[None, Dict, Sequence[Dict]] = None,
+                 pre_norm: bool = False,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
         self.arch_settings = arch = parse_vit_arch(arch, self.arch_zoo)
@@ -208,11 +238,14 @@ class LaPEViT(LaPEBackbone):
         self.pos_embed_std = arch.get('pos_embed_std', .02)
         self.cls_token_std = arch.get('cls_token_std', .02)
 
-        self.patch_embed = build_tokenizer(
+        if patch_bias is None and pre_norm:
+            patch_bias = False
+        self.patch_embed, input_size = build_tokenizer(
             pick('tokenizer', tokenizer, None), patch_size, patch_bias,
-            in_channels, self.embed_dims)
+            in_channels, self.embed_dims, patch_cfg)
         self.patch_size = self.patch_embed.stride
-        self.grid_size = tuple(self.patch_embed.out_grid(self.img_size))
+        self.grid_size = tuple(
+            self.patch_embed.out_grid(input_size or self.img_size))
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         pool_cfg = pooling_cfg(out_type, pooling, arch.get('pooling'), pe_join,
                                with_cls_token)
@@ -247,6 +280,9 @@ class LaPEViT(LaPEBackbone):
         else:
             self.pos_embed = None
         self.drop_after_pos = nn.Dropout(drop_rate)
+        self.pre_norm = (
+            build_norm_layer(norm_cfg, self.embed_dims)[1]
+            if pre_norm else nn.Identity())
 
         windows = per_layer(window_size, self.num_layers, 'window_size')
         if any(windows) and (with_cls_token or pe_type == 'relative'):
@@ -257,12 +293,11 @@ class LaPEViT(LaPEBackbone):
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         rel_grid = self.grid_size if pe_type == 'relative' else None
         ffn_cfg = pick('ffn', ffn, None)
-        self.blocks = nn.ModuleList()
-        for i in range(self.num_layers):
-            block = TransformerBlock(
-                self.embed_dims,
-                arch['num_heads'],
-                arch['feedforward_channels'],
+        layer_args = block_cfgs(layer_cfgs, [
+            dict(
+                embed_dims=self.embed_dims,
+                num_heads=arch['num_heads'],
+                feedforward_channels=arch['feedforward_channels'],
                 qkv_bias=qkv_bias,
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
@@ -274,6 +309,11 @@ class LaPEViT(LaPEBackbone):
                 qk_scale=arch.get('qk_scale'),
                 ffn_cfg=ffn_cfg,
                 norm2_in_residual=arch.get('norm2_in_residual', False))
+            for i in range(self.num_layers)
+        ])
+        self.blocks = nn.ModuleList()
+        for i, args in enumerate(layer_args):
+            block = TransformerBlock(**args)
             pe_norm = self.pe_join.build_layer_norm(i)
             if pe_norm is not None:
                 block.pe_norm = pe_norm
@@ -300,6 +340,9 @@ class LaPEViT(LaPEBackbone):
                     f'{out_indices!r}')
         if final_norm:
             self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
+        self.fc_norm = None
+        if gap_norm_applies(out_type, arch, pe_join):
+            self.fc_norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         self._init_default_weights()
         self._freeze_stages()
 
@@ -379,7 +422,7 @@ class LaPEViT(LaPEBackbone):
             x = x.contiguous()
         if plan.input is not None:
             x = x + plan.input
-        return self.drop_after_pos(x)
+        return self.pre_norm(self.drop_after_pos(x))
 
     def forward_blocks(self,
                        x: Tensor,
@@ -445,26 +488,35 @@ class LaPEViT(LaPEBackbone):
         # which mmcv's CPU RoIAlign misreads (see vit_adapter.py).
         return patches.transpose(1, 2).reshape(b, c, *hw).contiguous()
 
+    def _origin_outputs(self, x: Tensor, hw: Tuple[int, int]) -> List:
+        """Outputs before the first layer (none; mmseg's ``out_origin``
+        in :class:`~mmlape.models.backbones.LaPESegViT`)."""
+        return []
+
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         x, hw = self.patch_embed(x)
         plan = self.pe_plan(hw)
         x = self.embed(x, plan)
         cls_tokens = ([] if self.pool is not None
                       and self.pool.layer_cls_tokens else None)
-        outs, start = [], 0
+        outs, start = self._origin_outputs(x, hw), 0
         for idx in self.out_indices:
             x = self.forward_blocks(x, plan, start, idx + 1, hw, cls_tokens)
             start = idx + 1
             last = idx == self.num_layers - 1
-            outs.append(self._format_output(x, hw, plan, last, cls_tokens))
+            out = self._format_output(x, hw, plan, last, cls_tokens)
+            if self.fc_norm is not None:
+                out = self.fc_norm(out)
+            outs.append(out)
         return tuple(outs)
 
     # ------------------------------------------------------------------
     # training utilities
     def _freeze_stages(self) -> None:
-        if self.frozen_stages < 0:
+        if self.frozen_stages <= 0:
             return
-        frozen = [self.patch_embed]
+        self.drop_after_pos.eval()
+        frozen = [self.patch_embed, self.pre_norm]
         for name in ('cls_token', 'pos_embed'):
             t = getattr(self, name, None)
             if isinstance(t, nn.Parameter):
@@ -474,6 +526,8 @@ class LaPEViT(LaPEBackbone):
             frozen.append(self.pe_join)
             if self.final_norm:
                 frozen.append(self.norm)
+            if self.fc_norm is not None:
+                frozen.append(self.fc_norm)
         for m in frozen:
             m.eval()
             for p in m.parameters():

@@ -25,7 +25,8 @@ from ..layers.tokenizers import PatchEmbed
 
 __all__ = [
     'ARCH_KEYS', 'ARCH_OPTIONS', 'VIT_ARCH_ZOO', 'VIT_OPTION_DEFAULTS',
-    'parse_vit_arch', 'build_tokenizer', 'pooling_cfg', 'per_layer'
+    'MMPRETRAIN_VIT_ARCHS', 'parse_vit_arch', 'build_tokenizer', 'block_cfgs',
+    'pooling_cfg', 'per_layer', 'gap_norm_applies'
 ]
 
 #: Keys every arch has.
@@ -33,11 +34,13 @@ ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
 #: Keys an arch may add: defaults of constructor arguments (``img_size``,
 #: ``tokenizer``, ``ffn``, ``pooling``, ``out_type``, ``with_cls_token``,
 #: ``pe_type``, ``qkv_bias``, ``norm_cfg``) and settings of the original
-#: model that have no argument of their own.
+#: model that have no argument of their own (``gap_norm=False``: no norm
+#: after the average pooling of ``out_type='avg_featmap'``, as mmpretrain's
+#: T2T-ViT).
 ARCH_OPTIONS = ('img_size', 'tokenizer', 'ffn', 'pooling', 'out_type',
                 'with_cls_token', 'pe_type', 'qkv_bias', 'norm_cfg',
                 'qk_scale', 'norm2_in_residual', 'pos_embed_std',
-                'cls_token_std')
+                'cls_token_std', 'gap_norm')
 
 LN5 = dict(type='LN', eps=1e-5)
 LN6 = dict(type='LN', eps=1e-6)
@@ -53,17 +56,35 @@ VIT_OPTION_DEFAULTS = dict(
     qkv_bias=True,
     norm_cfg=LN6)
 
-#: The archs by name (``LaPEViT.arch_zoo``).
+
+def _vit(embed_dims: int, num_layers: int, num_heads: int,
+         feedforward_channels: int) -> Dict:
+    return dict(
+        embed_dims=embed_dims,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        feedforward_channels=feedforward_channels)
+
+
+#: mmpretrain 1.2.0's ``VisionTransformer`` archs: each setting under all
+#: its names (ViT-S there is 768 wide and 8 deep, as in the ViT paper's
+#: code, not DeiT-S).
+MMPRETRAIN_VIT_ARCHS = {
+    **dict.fromkeys(('s', 'small'), _vit(768, 8, 8, 2304)),
+    **dict.fromkeys(('b', 'base'), _vit(768, 12, 12, 3072)),
+    **dict.fromkeys(('l', 'large'), _vit(1024, 24, 16, 4096)),
+    **dict.fromkeys(('h', 'huge'), _vit(1280, 32, 16, 5120)),
+    **dict.fromkeys(('eva-g', 'eva-giant'), _vit(1408, 40, 16, 6144)),
+    **dict.fromkeys(('deit-t', 'deit-tiny'), _vit(192, 12, 3, 768)),
+    **dict.fromkeys(('deit-s', 'deit-small', 'dinov2-s', 'dinov2-small'),
+                    _vit(384, 12, 6, 1536)),
+    **dict.fromkeys(('deit-b', 'deit-base'), _vit(768, 12, 12, 3072)),
+    **dict.fromkeys(('dinov2-g', 'dinov2-giant'), _vit(1536, 40, 24, 6144)),
+}
+
+#: The archs by name (``LaPEViT.arch_zoo``): mmpretrain's, then mmlape's.
 VIT_ARCH_ZOO = {
-    'deit-tiny':
-    dict(embed_dims=192, num_layers=12, num_heads=3, feedforward_channels=768),
-    'deit-small':
-    dict(
-        embed_dims=384, num_layers=12, num_heads=6, feedforward_channels=1536),
-    'deit-base':
-    dict(
-        embed_dims=768, num_layers=12, num_heads=12,
-        feedforward_channels=3072),
+    **MMPRETRAIN_VIT_ARCHS,
     # T2T module with Performer token layers; fixed 1D sinusoidal PE;
     # no qkv bias; LayerNorm eps 1e-5.
     't2t-vit-7':
@@ -75,7 +96,8 @@ VIT_ARCH_ZOO = {
         tokenizer=dict(type='T2T', token_dims=64, attention='performer'),
         pe_type='sincos1d',
         qkv_bias=False,
-        norm_cfg=LN5),
+        norm_cfg=LN5,
+        gap_norm=False),
     # Image-to-Tokens stem, LeFF in every block, LCA over the 12 class
     # tokens.
     'ceit-tiny':
@@ -123,8 +145,14 @@ VIT_ARCH_ZOO = {
         norm_cfg=LN5,
         norm2_in_residual=True,
         pos_embed_std=0.2),
+    # Refuses inputs that are not a whole number of patches.
     'test-tiny':
-    dict(embed_dims=64, num_layers=4, num_heads=2, feedforward_channels=256),
+    dict(
+        embed_dims=64,
+        num_layers=4,
+        num_heads=2,
+        feedforward_channels=256,
+        tokenizer=dict(type='Patch', padding=None)),
 }
 
 
@@ -154,6 +182,7 @@ def parse_vit_arch(arch: Union[str, Dict], zoo: Dict[str, Dict]) -> Dict:
     """A copy of ``zoo[arch]``, or of a custom arch dict once its keys are
     checked against :data:`ARCH_KEYS` and :data:`ARCH_OPTIONS`."""
     if isinstance(arch, str):
+        arch = arch if arch in zoo else arch.lower()
         if arch not in zoo:
             raise ValueError(f'Unknown arch={arch!r}; choose one of '
                              f'{sorted(zoo)} or pass a dict')
@@ -167,6 +196,19 @@ def parse_vit_arch(arch: Union[str, Dict], zoo: Dict[str, Dict]) -> Dict:
                          f'{sorted(ARCH_KEYS)} and may set '
                          f'{sorted(ARCH_OPTIONS)}')
     return dict(arch)
+
+
+def gap_norm_applies(out_type: str, arch: Dict, pe_join: Union[None, str,
+                                                               Dict]) -> bool:
+    """Whether ``out_type='avg_featmap'`` normalises the pooled vector.
+
+    mmpretrain's ViT does (its ``ln2``; mmlape's ``fc_norm``), its T2T-ViT
+    does not (``gap_norm=False`` in the arch). PVG and MPVG, the joins that
+    remove the class token, pool as their papers do: GAP of the final-normed
+    tokens, without another norm.
+    """
+    return (out_type == 'avg_featmap' and arch.get('gap_norm', True)
+            and _join_allows_cls_token(pe_join))
 
 
 def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
@@ -184,30 +226,138 @@ def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
     return True if cls is None else cls.allows_cls_token
 
 
-def build_tokenizer(cfg: Union[None, str, Dict], patch_size: Optional[int],
-                    patch_bias: Optional[bool], in_channels: int,
-                    embed_dims: int) -> nn.Module:
-    """The tokenizer; ``patch_size``/``patch_bias`` set the ``Patch``
-    tokenizer's options and are refused for any other."""
+#: mmcv ``PatchEmbed`` arguments (mmpretrain's ``patch_cfg``) and the
+#: ``Patch`` tokenizer's names for them.
+PATCH_CFG_KEYS = dict(
+    kernel_size='patch_size',
+    stride='stride',
+    padding='padding',
+    dilation='dilation',
+    bias='bias',
+    norm_cfg='norm_cfg')
+
+
+def _patch_cfg_options(patch_cfg: Dict, in_channels: int,
+                       embed_dims: int) -> Tuple[Dict, Optional[Tuple]]:
+    """mmpretrain's ``patch_cfg`` as ``Patch`` tokenizer options, and the
+    ``input_size`` it sets for the PE grid (None when it sets none)."""
+    options, input_size = {}, None
+    for key, value in patch_cfg.items():
+        if key in PATCH_CFG_KEYS:
+            options[PATCH_CFG_KEYS[key]] = value
+        elif key == 'input_size':
+            input_size = None if value is None else to_2tuple(value)
+        elif key == 'conv_type' and value in ('Conv2d', 'Conv'):
+            continue
+        elif key in ('in_channels', 'embed_dims') and value == dict(
+                in_channels=in_channels, embed_dims=embed_dims)[key]:
+            continue
+        else:
+            raise ValueError(
+                f'patch_cfg.{key}={value!r} is not supported: the Patch '
+                f'tokenizer takes {sorted(PATCH_CFG_KEYS)} and input_size '
+                f"(conv_type='Conv2d', in_channels and embed_dims as the "
+                f'backbone)')
+    return options, input_size
+
+
+def build_tokenizer(
+        cfg: Union[None, str, Dict],
+        patch_size: Optional[int],
+        patch_bias: Optional[bool],
+        in_channels: int,
+        embed_dims: int,
+        patch_cfg: Optional[Dict] = None) -> Tuple[nn.Module, Optional[Tuple]]:
+    """The tokenizer, and the input size a ``patch_cfg`` sets for the PE
+    grid (None when it sets none).
+
+    ``patch_size``/``patch_bias`` set the ``Patch`` tokenizer's kernel and
+    stride and its bias; ``patch_cfg`` (mmpretrain's, mmcv ``PatchEmbed``
+    arguments) then overrides them as mmpretrain's ViT lets it. Both are
+    refused for any other tokenizer."""
     cfg = dict(type='Patch') if cfg is None else cfg
     cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
+    input_size = None
     if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:
         cfg.setdefault('patch_size', VIT_OPTION_DEFAULTS['patch_size'])
         if patch_size is not None:
-            cfg['patch_size'] = patch_size
+            cfg['patch_size'] = cfg['stride'] = patch_size
         if patch_bias is not None:
             cfg['bias'] = patch_bias
-    elif patch_size is not None or patch_bias is not None:
+        if patch_cfg:
+            options, input_size = _patch_cfg_options(patch_cfg, in_channels,
+                                                     embed_dims)
+            cfg.update(options)
+    elif patch_size is not None or patch_bias is not None or patch_cfg:
+        what = 'patch_cfg sets' if patch_cfg else 'patch_size/patch_bias set'
         raise ValueError(
-            f'patch_size/patch_bias set the Patch tokenizer, but '
+            f'{what} the Patch tokenizer, but '
             f'tokenizer.type={cfg["type"]!r}: give its options in '
             f'tokenizer=dict(...)')
-    return build_part(
+    tokenizer = build_part(
         TOKENIZERS,
         'tokenizer',
         cfg,
         in_channels=in_channels,
         embed_dims=embed_dims)
+    return tokenizer, input_size
+
+
+#: What an entry of mmpretrain's ``layer_cfgs`` may set, as the block's
+#: argument; ``act_cfg`` goes to the MLP, ``attn_drop_path`` and
+#: ``proj_bias`` are mmlape's (for mmseg's ViT).
+LAYER_CFG_KEYS = ('num_heads', 'feedforward_channels',
+                  'layer_scale_init_value', 'drop_rate', 'attn_drop_rate',
+                  'drop_path_rate', 'qkv_bias', 'norm_cfg', 'act_cfg',
+                  'num_fcs', 'ffn_type', 'embed_dims', 'attn_drop_path',
+                  'proj_bias')
+
+
+def block_cfgs(layer_cfgs: Union[None, Dict, Sequence[Dict]],
+               base: Sequence[Dict]) -> List[Dict]:
+    """Each block's arguments: ``base[i]`` updated by ``layer_cfgs`` (one
+    dict for every layer, or one per layer), as mmpretrain's ViT updates
+    its encoder layers' arguments.
+
+    ``num_fcs`` must be 2 and ``ffn_type`` ``'origin'`` (mmlape's MLP);
+    ``act_cfg`` is the MLP's activation.
+    """
+    num_layers = len(base)
+    if layer_cfgs is None:
+        layer_cfgs = {}
+    if isinstance(layer_cfgs, dict):
+        layer_cfgs = [layer_cfgs] * num_layers
+    layer_cfgs = list(layer_cfgs)
+    if len(layer_cfgs) != num_layers:
+        raise ValueError(f'layer_cfgs has {len(layer_cfgs)} entries for '
+                         f'{num_layers} layers')
+    out = []
+    for i, (args, extra) in enumerate(zip(base, layer_cfgs)):
+        args, extra = dict(args), dict(extra)
+        unknown = sorted(set(extra) - set(LAYER_CFG_KEYS))
+        if unknown:
+            raise ValueError(f'layer_cfgs[{i}] has unknown key(s) {unknown}; '
+                             f'choose from {list(LAYER_CFG_KEYS)}')
+        if extra.pop('num_fcs', 2) != 2:
+            raise ValueError('layer_cfgs.num_fcs must be 2: mmlape\'s MLP '
+                             'has two linear layers')
+        if extra.pop('ffn_type', 'origin') != 'origin':
+            raise ValueError("layer_cfgs.ffn_type must be 'origin'; give "
+                             'another FFN as ffn=dict(type=...)')
+        dims = extra.pop('embed_dims', args['embed_dims'])
+        if dims != args['embed_dims']:
+            raise ValueError(f'layer_cfgs.embed_dims={dims} differs from '
+                             f'the arch\'s {args["embed_dims"]}')
+        act_cfg = extra.pop('act_cfg', None)
+        if act_cfg is not None:
+            ffn = dict(args.get('ffn_cfg') or dict(type='MLP'))
+            if str(ffn['type']).lower() != 'mlp':
+                raise ValueError(f'layer_cfgs.act_cfg sets the MLP\'s '
+                                 f'activation, but ffn.type={ffn["type"]!r}')
+            args['ffn_cfg'] = dict(ffn, act_cfg=act_cfg)
+        args.update(extra)
+        out.append(args)
+    return out
 
 
 def pooling_cfg(out_type: str, pooling: Union[None, str, Dict],

@@ -75,6 +75,11 @@ _MMPRETRAIN_RULES: Rules = [
     (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
     (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
     (r'^ln1\.', 'norm.'),
+    # the norm after GAP (out_type='avg_featmap'), the pre-norm (mmseg:
+    # ln_pre) and the patch norm (mmseg's patch_norm)
+    (r'^ln2\.', 'fc_norm.'),
+    (r'^(pre_norm|ln_pre)\.', 'pre_norm.'),
+    (r'^patch_embed\.norm\.', 'patch_embed.norm.'),
     (r'^(cls_token|pos_embed|dist_token)$', r'\1'),
 ]
 _MMSEG_RULES: Rules = [
@@ -444,7 +449,8 @@ class ViTCheckpoints(CheckpointFamily):
         """The layout of the keys under ``prefix`` decides which PE rows
         are extra tokens; rows the model cannot use (a distillation
         token's, the official ViT-Adapter's unused row) are dropped, then
-        :func:`fit_pos_embed` fits the rest."""
+        :func:`fit_pos_embed` fits the rest; a class token the model does
+        not have is dropped."""
         key = prefix + 'pos_embed'
         if key not in state_dict or spec.pos_embed_shape is None:
             return []
@@ -460,6 +466,11 @@ class ViTCheckpoints(CheckpointFamily):
         src_extra = 1 if 'cls' in layout.extra_rows else 0
         state_dict[key], notes = fit_pos_embed(conv.state_dict['pos_embed'],
                                                src_extra, spec, key)
+        if spec.num_extra_tokens == 0 and prefix + 'cls_token' in state_dict:
+            # (mmseg's ViT keeps an unused class token without one)
+            del state_dict[prefix + 'cls_token']
+            notes.append(f'dropped {prefix}cls_token: this model has no '
+                         f'class token')
         return conv.notes + notes
 
     def backbone_state(self, checkpoint: Mapping,

@@ -77,6 +77,8 @@ class Attention(nn.Module):
             Defaults to None (no table).
         qk_scale (float, optional): Scale of the logits. Defaults to None
             (``head_dims ** -0.5``).
+        proj_bias (bool): Bias of the output projection (mmseg's ViT has
+            none without a qkv bias). Defaults to True.
 
     Example:
         >>> attn = Attention(64, 2)
@@ -92,7 +94,8 @@ class Attention(nn.Module):
                  proj_drop: float = 0.,
                  window_size: int = 0,
                  rel_pos_grid: Optional[Sequence[int]] = None,
-                 qk_scale: Optional[float] = None) -> None:
+                 qk_scale: Optional[float] = None,
+                 proj_bias: bool = True) -> None:
         super().__init__()
         if embed_dims % num_heads:
             raise ValueError(f'num_heads={num_heads} does not divide '
@@ -103,7 +106,7 @@ class Attention(nn.Module):
         self.qk_scale = qk_scale
         self.window_size = window_size
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj = nn.Linear(embed_dims, embed_dims, bias=proj_bias)
         self.proj_drop = nn.Dropout(proj_drop)
         self.rel_pos_grid = None
         if rel_pos_grid is not None:
@@ -216,6 +219,10 @@ class TransformerBlock(nn.Module):
         norm2_in_residual (bool): The stream itself becomes ``norm2(x')``
             before the FFN residual (the encoder layer of
             Compact-Transformers). Defaults to False.
+        attn_drop_path (bool): Stochastic depth on the attention residual
+            too (mmseg's ViT drops the FFN residual only). Defaults to True.
+        proj_bias (bool): Bias of the attention's output projection.
+            Defaults to True.
 
     Example:
         >>> from mmlape.models.layers.pe_plan import LayerPE
@@ -239,7 +246,9 @@ class TransformerBlock(nn.Module):
                  rel_pos_grid: Optional[Sequence[int]] = None,
                  qk_scale: Optional[float] = None,
                  ffn_cfg: Optional[Dict] = None,
-                 norm2_in_residual: bool = False) -> None:
+                 norm2_in_residual: bool = False,
+                 attn_drop_path: bool = True,
+                 proj_bias: bool = True) -> None:
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = Attention(
@@ -250,9 +259,11 @@ class TransformerBlock(nn.Module):
             proj_drop=drop_rate,
             window_size=window_size,
             rel_pos_grid=rel_pos_grid,
-            qk_scale=qk_scale)
+            qk_scale=qk_scale,
+            proj_bias=proj_bias)
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+        self.attn_drop_path = attn_drop_path
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.mlp = build_part(
             FFNS,
@@ -289,7 +300,7 @@ class TransformerBlock(nn.Module):
         h = self.attn(h, attn_bias, hw)
         if self.layer_scale:
             h = self.gamma1 * h
-        x = x + self.drop_path(h)
+        x = x + (self.drop_path(h) if self.attn_drop_path else h)
         if self.norm2_in_residual:
             x = self.norm2(x)
             h = self.mlp(x, hw)

@@ -15,7 +15,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
+from mmcv.cnn import build_activation_layer, build_norm_layer
 from torch import Tensor
 
 from mmlape.registry import FFNS
@@ -32,6 +32,8 @@ class Mlp(nn.Module):
         feedforward_channels (int): Hidden channels.
         drop_rate (float): Dropout after the activation and after ``fc2``.
             Defaults to 0.
+        act_cfg (dict, optional): The activation (mmcv's
+            ``build_activation_layer``). Defaults to GELU.
 
     Example:
         >>> Mlp(64, 128)(torch.randn(2, 17, 64)).shape
@@ -41,10 +43,12 @@ class Mlp(nn.Module):
     def __init__(self,
                  embed_dims: int,
                  feedforward_channels: int,
-                 drop_rate: float = 0.) -> None:
+                 drop_rate: float = 0.,
+                 act_cfg: Optional[Dict] = None) -> None:
         super().__init__()
         self.fc1 = nn.Linear(embed_dims, feedforward_channels)
-        self.act = nn.GELU()
+        self.act = (
+            nn.GELU() if act_cfg is None else build_activation_layer(act_cfg))
         self.fc2 = nn.Linear(feedforward_channels, embed_dims)
         self.drop = nn.Dropout(drop_rate)
 

@@ -20,7 +20,7 @@ which sets the PE grid. A tokenizer's own initialisation
 (``init_part_weights``) runs after the backbone's generic one.
 """
 import math
-from typing import Dict, Literal, Optional, Sequence, Tuple
+from typing import Dict, Literal, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -52,69 +52,135 @@ def _check_grid(name: str, img_hw: Sequence[int], grid: Grid) -> Grid:
 
 @TOKENIZERS.register_module(name='Patch')
 class PatchEmbed(nn.Module):
-    """Non-overlapping patches through a strided convolution (``proj``).
+    """Patches through a strided convolution (``proj``), optionally padded
+    and normalised.
 
     Args:
         in_channels (int): Image channels.
         embed_dims (int): Channels ``C``.
-        patch_size (int): Patch side. Defaults to 16.
+        patch_size (int): Kernel side of the projection. Defaults to 16.
         bias (bool): Bias of the projection. Defaults to True.
         weight_init (str): ``'default'`` (PyTorch's convolution init, as in
             DeiT) or ``'kaiming_normal'`` (ViT-Lite's tokenizer). Defaults
             to ``'default'``.
+        stride (int, optional): Stride of the projection. Defaults to
+            ``patch_size``.
+        padding (str | int, optional): ``'corner'`` pads the image with
+            zeros at the bottom and right until the kernels cover it,
+            ``'same'`` pads around it (mmcv's ``AdaptivePadding``), an int
+            pads the convolution, None refuses an image that is not a whole
+            number of patches. Defaults to ``'corner'`` (mmpretrain's and
+            mmseg's ViT).
+        dilation (int): Dilation of the projection. Defaults to 1.
+        norm_cfg (dict, optional): A norm of the tokens (``norm``; mmseg's
+            ``patch_norm``). Defaults to None.
 
     Raises:
-        ValueError: When the image is not a whole number of patches.
+        ValueError: With ``padding=None``, when the image is not a whole
+            number of patches.
 
     Example:
         >>> embed = PatchEmbed(3, 64, patch_size=8)
-        >>> tokens, hw = embed(torch.randn(2, 3, 32, 48))
+        >>> tokens, hw = embed(torch.randn(2, 3, 32, 44))
         >>> tokens.shape, hw
         (torch.Size([2, 24, 64]), (4, 6))
     """
     WEIGHT_INITS = ('default', 'kaiming_normal')
+    PADDINGS = ('corner', 'same')
 
-    def __init__(
-            self,
-            in_channels: int,
-            embed_dims: int,
-            patch_size: int = 16,
-            bias: bool = True,
-            weight_init: Literal['default',
-                                 'kaiming_normal'] = 'default') -> None:
+    def __init__(self,
+                 in_channels: int,
+                 embed_dims: int,
+                 patch_size: int = 16,
+                 bias: bool = True,
+                 weight_init: Literal['default', 'kaiming_normal'] = 'default',
+                 stride: Optional[int] = None,
+                 padding: Union[None, str, int] = 'corner',
+                 dilation: int = 1,
+                 norm_cfg: Optional[Dict] = None) -> None:
         super().__init__()
         if weight_init not in self.WEIGHT_INITS:
             raise ValueError(f'tokenizer.weight_init={weight_init!r}; choose '
                              f'one of {list(self.WEIGHT_INITS)}')
+        stride = patch_size if stride is None else stride
+        for name, value in (('patch_size', patch_size), ('stride', stride),
+                            ('dilation', dilation)):
+            if not isinstance(value, int) or isinstance(value, bool) or \
+                    value < 1:
+                raise ValueError(f'tokenizer.{name}={value!r} must be a '
+                                 f'positive int')
+        if isinstance(padding, str) and padding not in self.PADDINGS or \
+                isinstance(padding, (bool, float)):
+            raise ValueError(f'tokenizer.padding={padding!r}; choose one of '
+                             f'{list(self.PADDINGS)}, an int or None')
         self.patch_size = patch_size
-        self.stride = patch_size
+        self.stride = stride
+        self.dilation = dilation
+        self.padding = padding
         self.weight_init = weight_init
         self.proj = nn.Conv2d(
             in_channels,
             embed_dims,
             kernel_size=patch_size,
-            stride=patch_size,
+            stride=stride,
+            padding=padding if isinstance(padding, int) else 0,
+            dilation=dilation,
             bias=bias)
+        if norm_cfg is not None:
+            self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
+        else:
+            self.norm = None
 
     def init_part_weights(self) -> None:
         if self.weight_init == 'kaiming_normal':
             nn.init.kaiming_normal_(self.proj.weight)
 
+    def adaptive_pad(self, size: int) -> int:
+        """Pixels ``'corner'``/``'same'`` add along an axis of ``size``
+        so that the kernels cover it."""
+        span = (self.patch_size - 1) * self.dilation + 1
+        steps = -(-size // self.stride)
+        return max((steps - 1) * self.stride + span - size, 0)
+
     def out_grid(self, img_hw: Sequence[int]) -> Grid:
-        h, w = img_hw
-        p = self.patch_size
-        if h % p or w % p:
+        h, w = (int(n) for n in img_hw)
+        p, s = self.patch_size, self.stride
+        if self.padding is None and (p != s or self.dilation != 1):
+            raise ValueError('tokenizer.padding=None needs stride == '
+                             'patch_size and dilation 1')
+        if self.padding is None and (h % p or w % p):
             raise ValueError(
                 f'input of {h}x{w} pixels is not divisible by patch_size={p}:'
                 f' pad or resize it to a multiple of {p} (e.g. '
                 f'size_divisor={p} in the data preprocessor)')
-        return (h // p, w // p)
+        pad = self.padding if isinstance(self.padding, int) else 0
+        span = (p - 1) * self.dilation + 1
+        grid = tuple(
+            conv_out(
+                n +
+                (self.adaptive_pad(n) if isinstance(self.padding, str) else 0),
+                span, s, pad) for n in (h, w))
+        return _check_grid('Patch', (h, w), grid)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Grid]:
-        self.out_grid(x.shape[-2:])
+        if isinstance(self.padding, str):
+            pad_h, pad_w = (self.adaptive_pad(n) for n in x.shape[-2:])
+            if pad_h or pad_w:
+                if self.padding == 'corner':
+                    x = F.pad(x, [0, pad_w, 0, pad_h])
+                else:
+                    x = F.pad(x, [
+                        pad_w // 2, pad_w - pad_w // 2, pad_h // 2,
+                        pad_h - pad_h // 2
+                    ])
+        elif self.padding is None:
+            self.out_grid(x.shape[-2:])
         x = self.proj(x)
         hw = (x.shape[2], x.shape[3])
-        return x.flatten(2).transpose(1, 2), hw
+        x = x.flatten(2).transpose(1, 2)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, hw
 
 
 class TokenMlp(nn.Module):
