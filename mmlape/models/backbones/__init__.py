@@ -1,8 +1,10 @@
 from .base import LaPEBackbone
 from .swin import LaPESwin
+from .t2t_vit import LaPET2TViT
 from .vit import LaPEViT, PatchEmbed
 from .vit_adapter import LaPEViTAdapter
 
 __all__ = [
-    'LaPEBackbone', 'LaPEViT', 'LaPEViTAdapter', 'PatchEmbed', 'LaPESwin'
+    'LaPEBackbone', 'LaPEViT', 'LaPEViTAdapter', 'PatchEmbed', 'LaPESwin',
+    'LaPET2TViT'
 ]
