@@ -15,7 +15,8 @@ Then what a drop-in needs: same-weight parity with upstream's ``T2T_ViT``
 (every output type, several layers, another input size; the converted
 checkpoint loads strictly, sinusoid included), a checkpoint's sinusoid
 resized rather than rebuilt at another ``img_size``, and mmpretrain's own
-``t2t-vit-t-14`` config with only the backbone type swapped.
+``t2t-vit-t-14`` config with only the backbone type swapped. Full-size
+builds that run a forward are marked ``slow`` (the project's rule).
 """
 import math
 import os.path as osp
@@ -91,6 +92,7 @@ def test_bad_out_indices(out_indices, match):
         LaPET2TViT(**cfg(out_indices=out_indices))
 
 
+@pytest.mark.slow
 def test_structure_and_drop_path_decay():
     model = LaPET2TViT(**cfg())
     assert len(model.blocks) == 14
@@ -107,6 +109,7 @@ def test_structure_and_drop_path_decay():
 
 # ---------------------------------------------------------------------------
 # upstream's test_init_weights
+@pytest.mark.slow
 def test_init_cfg_and_checkpoint_round_trip(tmp_path):
     model = LaPET2TViT(**cfg(
         num_layers=SHALLOW,
@@ -142,6 +145,7 @@ def featmap_model():
     return LaPET2TViT(**cfg(out_type='featmap', num_layers=SHALLOW)).eval()
 
 
+@pytest.mark.slow
 def test_forward_outputs():
     img = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
@@ -161,6 +165,7 @@ def test_forward_outputs():
         assert all(o.shape == (1, 384) for o in outs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('size', [(224, 224), (256, 256), (256, 309)])
 def test_forward_dynamic_input_size(featmap_model, size):
     with torch.no_grad():
@@ -284,6 +289,7 @@ def test_joins_and_errors():
 
 # ---------------------------------------------------------------------------
 # mmpretrain's own config, the type swapped
+@pytest.mark.slow
 def test_mmpretrain_t2t_config_swaps_in():
     import mmpretrain
     from mmpretrain.registry import MODELS
