@@ -408,3 +408,30 @@ def test_mmpretrain_swin_base_384_config_swaps_in():
     assert model.window_size == 12
     assert all(blk.attn.window_size == 12 for blk in model.blocks)
     assert model.grid_size == (96, 96) and model.pos_embed is None
+
+
+# ---------------------------------------------------------------------------
+# mmlape Swin checkpoints saved before the default changed
+@pytest.mark.parametrize(
+    'recorded', [
+        dict(pe_join=dict(type='Default')),
+        dict(),
+    ],
+    ids=['with-join', 'bare'])
+def test_old_recorded_swin_checkpoint_still_fits(recorded, tmp_path):
+    """A checkpoint of the old default (absolute PE on) whose recorded
+    config leaves ``use_abs_pos_embed`` out passes the recorded-model
+    check against a config that sets it, as mmlape's Swin configs do."""
+    from mmlape.apis import check_checkpoint_fits
+    base = dict(arch='test-tiny', img_size=64, window_size=4)
+    old = LaPESwin(**dict(base, use_abs_pos_embed=True, **recorded))
+    path = str(tmp_path / 'old.pth')
+    text = Config(
+        dict(model=dict(
+            backbone=dict(base, type='LaPESwin', **recorded)))).pretty_text
+    torch.save({'state_dict': old.state_dict(), 'meta': dict(cfg=text)}, path)
+    current = dict(base, use_abs_pos_embed=True, pe_join=dict(type='Default'))
+    state = check_checkpoint_fits(
+        LaPESwin(**current), path, '--resume',
+        Config(dict(model=dict(backbone=dict(current, type='LaPESwin')))))
+    assert 'pos_embed' in state
