@@ -435,3 +435,24 @@ def test_old_recorded_swin_checkpoint_still_fits(recorded, tmp_path):
         LaPESwin(**current), path, '--resume',
         Config(dict(model=dict(backbone=dict(current, type='LaPESwin')))))
     assert 'pos_embed' in state
+
+
+def test_freezing_on_a_tiny_swin():
+    """The quick loop's check of ``frozen_stages`` (the full-size one
+    above is slow): stages up to the index freeze with their output norms,
+    the rest trains, and with every stage frozen the join's norms too."""
+    model = LaPESwin(
+        **TINY, frozen_stages=1, out_indices=(0, 1, 2, 3), pe_join='MPVG')
+    model.train()
+    assert not model.patch_embed.training and not model.layers[1].training
+    assert model.layers[2].training
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen == {
+        n
+        for n, _ in model.named_parameters()
+        if n.startswith(('patch_embed.', 'layers.0.', 'layers.1.', 'norm0.',
+                         'norm1.'))
+    }
+    assert model.pos_embed.requires_grad  # upstream keeps it trainable
+    everything = LaPESwin(**TINY, frozen_stages=3, pe_join='MPVG')
+    assert not any(p.requires_grad for p in everything.pe_join.parameters())

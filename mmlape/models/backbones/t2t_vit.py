@@ -144,6 +144,7 @@ class LaPET2TViT(LaPEViT):
             mmlape T2T-ViT checkpoint. Defaults to None.
 
     Example:
+        >>> import torch
         >>> t2t = LaPET2TViT(img_size=64, embed_dims=64, num_layers=2,
         ...                  t2t_cfg=dict(token_dims=16),
         ...                  layer_cfgs=dict(num_heads=2))
