@@ -352,6 +352,14 @@ TINY_BACKBONES = {
                  pad_small_map=True,
                  out_indices=(0, 1, 2, 3),
                  drop_path_rate=0.)),
+    # mmpretrain's T2T_ViT signature (no arch), its sinusoid a buffer
+    't2t-upstream': ('LaPET2TViT', 'sincos1d',
+                     dict(
+                         img_size=64,
+                         embed_dims=64,
+                         num_layers=2,
+                         t2t_cfg=dict(token_dims=16),
+                         layer_cfgs=dict(num_heads=2))),
     'vit-adapter': ('LaPEViTAdapter', 'learnable',
                     dict(arch='test-tiny', img_size=64, init_values=0.1)),
     # mmseg's signature: no arch; every option that adds a module is on
@@ -382,6 +390,17 @@ def backbone_joins(name: str) -> List[str]:
     ]
 
 
+def _tiny_t2t(join: str, **kwargs) -> nn.Module:
+    """The tiny LaPET2TViT; a join without a class token pools by GAP."""
+    from mmlape.models import LaPET2TViT
+    from mmlape.models.layers import pe_join_classes
+    args = dict(TINY_BACKBONES['t2t-upstream'][2])
+    if not getattr(pe_join_classes()[join], 'allows_cls_token', True):
+        args.update(with_cls_token=False, out_type='avg_featmap')
+    args.update(kwargs)
+    return LaPET2TViT(pe_join=join, **args)
+
+
 def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
     """The tiny backbone ``name`` (see :data:`TINY_BACKBONES`) with the PE
     join ``join``, in train mode.
@@ -393,6 +412,8 @@ def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
     """
     from mmlape.models import LaPESwin, LaPEViT, LaPEViTAdapter
     from mmlape.models.layers import pe_join_classes
+    if TINY_BACKBONES[name][0] == 'LaPET2TViT':
+        return _tiny_t2t(join, **kwargs)
     cls_name, _, args = TINY_BACKBONES[name]
     args = dict(args)
     arch = args.pop('arch', None)

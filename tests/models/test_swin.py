@@ -340,6 +340,7 @@ def _mmpretrain_pair(arch, img_size, window, scale=0.2, **kwargs):
         arch if isinstance(arch, str) else 'test-tiny',
         img_size=img_size,
         window_size=window,
+        use_abs_pos_embed=True,
         drop_path_rate=0.,
         **kwargs).eval()
     model.load_state_dict(convert_swin_backbone(sd), strict=True)
@@ -386,7 +387,11 @@ def test_mmpretrain_classifier_checkpoint_converts(tmp_path):
             use_abs_pos_embed=True,
             drop_path_rate=0.,
             **common))
-    ours = classifier(dict(type='LaPESwin', **dict(common, arch='test-tiny')))
+    ours = classifier(
+        dict(
+            type='LaPESwin',
+            use_abs_pos_embed=True,
+            **dict(common, arch='test-tiny')))
     with torch.no_grad():
         for p in ref.parameters():
             p.add_(torch.randn_like(p) * 0.2)

@@ -1,10 +1,11 @@
 from .base import LaPEBackbone
 from .seg_vit import LaPESegViT
 from .swin import LaPESwin
+from .t2t_vit import LaPET2TViT
 from .vit import LaPEViT, PatchEmbed
 from .vit_adapter import LaPEViTAdapter
 
 __all__ = [
     'LaPEBackbone', 'LaPEViT', 'LaPEViTAdapter', 'PatchEmbed', 'LaPESwin',
-    'LaPESegViT'
+    'LaPESegViT', 'LaPET2TViT'
 ]

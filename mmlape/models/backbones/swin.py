@@ -21,6 +21,7 @@ block, :class:`~mmlape.models.layers.block.SwinBlock`, lives with the ViT's
 block and takes the same PE bundle).
 """
 import math
+from copy import deepcopy
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from torch import Tensor
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmlape.registry import register_model
 from ..checkpoint import SWIN, SwinSpec
@@ -40,6 +42,8 @@ from .base import LaPEBackbone, parse_out_indices
 
 __all__ = ['LaPESwin', 'PatchMerging']
 
+LN = dict(type='LN')
+
 
 class PatchMerging(nn.Module):
     """Swin's patch merging: 2x2 neighbours concatenated, LN, linear.
@@ -50,15 +54,19 @@ class PatchMerging(nn.Module):
 
     Args:
         in_channels (int): ``C``; the output has ``2C``.
-        norm_cfg (dict): Norm over the ``4C`` channels. Defaults to LN.
+        norm_cfg (dict, optional): Norm over the ``4C`` channels; None for
+            none. Defaults to LN.
     """
 
-    def __init__(self, in_channels: int,
-                 norm_cfg: Dict = dict(type='LN')) -> None:
+    def __init__(self,
+                 in_channels: int,
+                 norm_cfg: Optional[Dict] = LN) -> None:
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = 2 * in_channels
-        self.norm = build_norm_layer(norm_cfg, 4 * in_channels)[1]
+        self.norm = (
+            build_norm_layer(norm_cfg, 4 * in_channels)[1]
+            if norm_cfg is not None else nn.Identity())
         self.reduction = nn.Linear(
             4 * in_channels, 2 * in_channels, bias=False)
 
@@ -91,18 +99,21 @@ class SwinPatchEmbed(nn.Module):
 
     An image whose sides are not multiples of the patch size is zero-padded
     at the bottom/right (as mmcv's ``PatchEmbed`` with ``padding='corner'``).
+    ``norm_cfg=None`` leaves the tokens unnormalised.
     """
 
     def __init__(self,
                  in_channels: int,
                  embed_dims: int,
                  patch_size: int,
-                 norm_cfg: Dict = dict(type='LN')) -> None:
+                 norm_cfg: Optional[Dict] = LN) -> None:
         super().__init__()
         self.patch_size = patch_size
         self.proj = nn.Conv2d(
             in_channels, embed_dims, kernel_size=patch_size, stride=patch_size)
-        self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.norm = (
+            build_norm_layer(norm_cfg, embed_dims)[1]
+            if norm_cfg is not None else nn.Identity())
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         p = self.patch_size
@@ -114,47 +125,112 @@ class SwinPatchEmbed(nn.Module):
         return self.norm(x.flatten(2).transpose(1, 2)), hw
 
 
+#: What mmpretrain's ``stage_cfgs`` may set, per stage and per block, in
+#: mmlape's Swin (the rest of mmcv's brick options has no counterpart here).
+STAGE_CFG_KEYS = ('block_cfgs', 'downsample_cfg', 'window_size')
+BLOCK_CFG_KEYS = ('window_size', 'ffn_ratio', 'norm_cfg', 'shift', 'drop_path',
+                  'pad_small_map', 'with_cp', 'attn_cfgs', 'ffn_cfgs')
+DOWNSAMPLE_CFG_KEYS = ('norm_cfg', 'in_channels', 'out_channels')
+PATCH_CFG_KEYS = ('norm_cfg', 'kernel_size', 'stride', 'in_channels',
+                  'input_size', 'embed_dims', 'conv_type')
+
+
+def _check_keys(cfg: Dict, allowed: Sequence[str], where: str) -> Dict:
+    """``cfg`` as a dict, refusing keys mmlape's Swin does not take."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f'{where} must be a dict, got {cfg!r}')
+    unknown = sorted(set(cfg) - set(allowed))
+    if unknown:
+        raise ValueError(f'{where} sets {unknown}, which mmlape\'s Swin does '
+                         f'not take; it takes {sorted(allowed)}')
+    return dict(cfg)
+
+
+def _per_item(cfgs: Union[Dict, Sequence[Dict]], count: int,
+              where: str) -> List[Dict]:
+    """One config per stage/block: a dict for all, or a sequence of
+    ``count`` (mmpretrain's ``stage_cfgs``/``block_cfgs``)."""
+    if isinstance(cfgs, dict):
+        return [deepcopy(cfgs) for _ in range(count)]
+    cfgs = list(cfgs)
+    if len(cfgs) != count:
+        raise ValueError(f'{where} has {len(cfgs)} entries for {count}')
+    return [deepcopy(c) for c in cfgs]
+
+
 @register_model()
 class LaPESwin(LaPEBackbone):
     """Swin Transformer whose absolute-PE join comes from config.
 
-    The default join is Swin with an absolute PE at stage 1 (mmpretrain's
-    ``SwinTransformer(use_abs_pos_embed=True)``, the Swin-Ti of the MPVG
-    paper). LaPE, PVG and MPVG give every layer ``l`` its own PE norm
-    ``LN'_l`` of its stage's width (``layers.{s}.blocks.{j}.pe_norm``); the
-    PE stream crosses each patch merging through that merging's own
-    LayerNorm and reduction (:meth:`carry_pe`). PVG and MPVG include layer 0
-    on this staged backbone (the MPVG paper). There is no class token; a
-    classifier pools by GAP (mmpretrain's ``GlobalAveragePooling`` neck).
-    Swin's window relative position bias stays as it is under every join.
+    A drop-in for mmpretrain's ``SwinTransformer``: it takes every argument
+    of mmpretrain 1.2.0's class with its meaning and default, so an
+    mmpretrain config builds with only ``type`` changed (and computes what
+    upstream computes on the same weights, converted by
+    :mod:`mmlape.models.checkpoint.swin`), plus ``pe_join`` and
+    ``cache_pe_plan``.
+
+    Naming a join (``pe_join=...``, ``Default`` included) gives Swin an
+    absolute PE at stage 1 unless ``use_abs_pos_embed`` says otherwise: the
+    default join is then mmpretrain's ``SwinTransformer(
+    use_abs_pos_embed=True)``, the Swin-Ti of the MPVG paper. Without
+    ``pe_join`` it is plain Swin (no absolute PE), upstream's default.
+    LaPE, PVG and MPVG give every layer ``l`` its own PE norm ``LN'_l`` of
+    its stage's width (``layers.{s}.blocks.{j}.pe_norm``); the PE stream
+    crosses each patch merging through that merging's own LayerNorm and
+    reduction (:meth:`carry_pe`). PVG and MPVG include layer 0 on this
+    staged backbone (the MPVG paper). There is no class token; a classifier
+    pools by GAP (mmpretrain's ``GlobalAveragePooling`` neck). Swin's window
+    relative position bias stays as it is under every join.
 
     Args:
-        arch (str | dict): ``'tiny'``, ``'small'``, ``'base'``,
+        arch (str | dict): ``'t'``/``'tiny'``, ``'s'``/``'small'``,
+            ``'b'``/``'base'``, ``'l'``/``'large'`` (any case),
             ``'test-tiny'`` (for tests), or a dict with ``embed_dims``,
             ``depths``, ``num_heads``. Defaults to ``'tiny'``.
         img_size (int | tuple): Pretraining size; sets the PE grid.
             Defaults to 224.
         patch_size (int): Defaults to 4.
         in_channels (int): Defaults to 3.
-        window_size (int): Defaults to 7.
-        mlp_ratio (float): Defaults to 4.
-        pe_join (dict | str, optional): ``Default``, ``LaPE``, ``PVG`` or
-            ``MPVG`` (with their options). Defaults to ``Default``.
-        use_abs_pos_embed (bool): Own an absolute PE (learnable, truncated
-            normal std 0.02). False is plain Swin and allows only the
-            ``Default`` join. Defaults to True.
-        out_indices (Sequence[int]): Stages whose (normed) output map is
-            returned, ``(B, C_s, H_s, W_s)``. Defaults to ``(3, )``.
+        window_size (int): Window side of every block (``stage_cfgs`` may
+            set it per stage or block). Defaults to 7.
         drop_rate (float): Dropout after the PE. Defaults to 0.
         drop_path_rate (float): Stochastic depth, linear over all blocks.
             Defaults to 0.1.
-        pad_small_map (bool): Pad maps no larger than a window and keep the
-            shift (dense tasks). Defaults to False.
-        norm_cfg (dict): Norms everywhere (blocks, merging, outputs, PE
-            norms). Defaults to ``dict(type='LN')`` (eps 1e-5, as Swin).
+        out_indices (Sequence[int]): Stages whose (normed) output map is
+            returned, ``(B, C_s, H_s, W_s)``. Defaults to ``(3, )``.
+        out_after_downsample (bool): Output a stage's map after its patch
+            merging (twice the channels, half the grid). Defaults to False.
+        use_abs_pos_embed (bool, optional): Own an absolute PE (learnable,
+            truncated normal std 0.02). False is plain Swin and allows only
+            the ``Default`` join. Defaults to None: True when ``pe_join`` is
+            given, else False (mmpretrain's default).
         interpolate_mode (str): How the raw PE is resized to another grid.
             Defaults to ``'bicubic'``.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
+        frozen_stages (int): Freeze (no gradient, eval mode) the patch
+            embedding and stages ``0..frozen_stages`` with their output
+            norms; -1 freezes nothing. Defaults to -1.
+        norm_eval (bool): Keep BatchNorm layers in eval mode while training.
+            Defaults to False.
+        pad_small_map (bool): Pad maps no larger than a window and keep the
+            shift (dense tasks). Defaults to False.
+        norm_cfg (dict, optional): The output norms ``norm{s}``; None for
+            none. Defaults to ``dict(type='LN')``.
+        stage_cfgs (dict | Sequence[dict]): Per stage (one dict for all, or
+            one per stage): ``window_size``, ``block_cfgs`` (a dict or one
+            per block: ``window_size``, ``ffn_ratio``, ``norm_cfg``,
+            ``shift``, ``drop_path``, ``pad_small_map``, ``with_cp``; empty
+            ``attn_cfgs``/``ffn_cfgs``) and ``downsample_cfg``
+            (``norm_cfg``). The PE norms take the blocks' norm. Defaults to
+            an empty dict.
+        patch_cfg (dict): The patch embedding's ``norm_cfg`` (None for
+            none); ``kernel_size``/``stride`` may repeat ``patch_size``.
+            Defaults to an empty dict.
+        mlp_ratio (float): MLP hidden channels over channels (``ffn_ratio``
+            of a block config overrides it). Defaults to 4.
+        pe_join (dict | str, optional): ``Default``, ``LaPE``, ``PVG`` or
+            ``MPVG`` (with their options). Defaults to None (``Default``,
+            see ``use_abs_pos_embed``).
         cache_pe_plan (bool): In eval mode without autograd, build the PE
             plan once per grid and reuse it until a weight changes.
             Defaults to True.
@@ -170,12 +246,26 @@ class LaPESwin(LaPEBackbone):
         [(16, 18, 16), (32, 9, 8), (64, 5, 4), (128, 3, 2)]
     """
     arch_zoo = {
-        'tiny':
-        dict(embed_dims=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24]),
-        'small':
-        dict(embed_dims=96, depths=[2, 2, 18, 2], num_heads=[3, 6, 12, 24]),
-        'base':
-        dict(embed_dims=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32]),
+        **dict.fromkeys(['t', 'tiny'],
+                        dict(
+                            embed_dims=96,
+                            depths=[2, 2, 6, 2],
+                            num_heads=[3, 6, 12, 24])),
+        **dict.fromkeys(['s', 'small'],
+                        dict(
+                            embed_dims=96,
+                            depths=[2, 2, 18, 2],
+                            num_heads=[3, 6, 12, 24])),
+        **dict.fromkeys(['b', 'base'],
+                        dict(
+                            embed_dims=128,
+                            depths=[2, 2, 18, 2],
+                            num_heads=[4, 8, 16, 32])),
+        **dict.fromkeys(['l', 'large'],
+                        dict(
+                            embed_dims=192,
+                            depths=[2, 2, 18, 2],
+                            num_heads=[6, 12, 24, 48])),
         'test-tiny':
         dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
     }
@@ -184,7 +274,13 @@ class LaPESwin(LaPEBackbone):
     STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
                           'window_size', 'mlp_ratio', 'pe_join',
                           'use_abs_pos_embed', 'out_indices', 'pad_small_map',
-                          'norm_cfg')
+                          'norm_cfg', 'out_after_downsample', 'stage_cfgs',
+                          'patch_cfg')
+    #: How the recorded-model check (:mod:`mmlape.apis.model_check`) reads
+    #: an option a recorded config leaves out: every mmlape Swin config
+    #: saved before ``use_abs_pos_embed`` took mmpretrain's default meant
+    #: True, so an omitted value compares as True on both sides.
+    option_defaults = dict(use_abs_pos_embed=True)
     checkpoint_family = SWIN
 
     def __init__(self,
@@ -193,20 +289,26 @@ class LaPESwin(LaPEBackbone):
                  patch_size: int = 4,
                  in_channels: int = 3,
                  window_size: int = 7,
-                 mlp_ratio: float = 4.,
-                 pe_join: Union[None, str, Dict] = None,
-                 use_abs_pos_embed: bool = True,
-                 out_indices: Sequence[int] = (3, ),
                  drop_rate: float = 0.,
                  drop_path_rate: float = 0.1,
-                 pad_small_map: bool = False,
-                 norm_cfg: Dict = dict(type='LN'),
+                 out_indices: Sequence[int] = (3, ),
+                 out_after_downsample: bool = False,
+                 use_abs_pos_embed: Optional[bool] = None,
                  interpolate_mode: str = 'bicubic',
                  with_cp: bool = False,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 pad_small_map: bool = False,
+                 norm_cfg: Optional[Dict] = dict(type='LN'),
+                 stage_cfgs: Union[Dict, Sequence[Dict]] = dict(),
+                 patch_cfg: Dict = dict(),
+                 mlp_ratio: float = 4.,
+                 pe_join: Union[None, str, Dict] = None,
                  cache_pe_plan: bool = True,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
         settings = self._parse_arch(arch)
+        self.arch_settings = settings
         self.embed_dims = settings['embed_dims']
         self.depths = list(settings['depths'])
         self.num_heads = list(settings['num_heads'])
@@ -215,6 +317,17 @@ class LaPESwin(LaPEBackbone):
         self.stage_dims = [
             self.embed_dims * 2**s for s in range(self.num_stages)
         ]
+        patch_cfg = _check_keys(patch_cfg, PATCH_CFG_KEYS, 'patch_cfg')
+        for key in ('kernel_size', 'stride'):
+            if key in patch_cfg and patch_cfg[key] != patch_size:
+                raise ValueError(f'patch_cfg.{key}={patch_cfg[key]!r}: '
+                                 f'mmlape\'s Swin embeds non-overlapping '
+                                 f'patches of patch_size={patch_size}')
+        if patch_cfg.get('conv_type', 'Conv2d') != 'Conv2d':
+            raise ValueError(f'patch_cfg.conv_type={patch_cfg["conv_type"]!r}'
+                             f'; mmlape\'s Swin takes Conv2d')
+        in_channels = patch_cfg.get('in_channels', in_channels)
+        img_size = patch_cfg.get('input_size', img_size)
         for name, value in (('patch_size', patch_size), ('window_size',
                                                          window_size)):
             if (not isinstance(value, int) or isinstance(value, bool)
@@ -225,23 +338,40 @@ class LaPESwin(LaPEBackbone):
         if len(size) != 2 or size[0] % patch_size or size[1] % patch_size:
             raise ValueError(f'img_size={img_size} must be an int or a pair '
                              f'divisible by patch_size={patch_size}')
+        if frozen_stages < -1 or frozen_stages >= self.num_stages:
+            raise ValueError(f'frozen_stages={frozen_stages} must be in '
+                             f'[-1, {self.num_stages})')
         self.img_size = size
         self.patch_size = patch_size
         self.grid_size = (size[0] // patch_size, size[1] // patch_size)
-        self.window_size = window_size
         self.interpolate_mode = interpolate_mode
         self.with_cp = with_cp
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.out_after_downsample = out_after_downsample
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
+        stages, blocks = self._stage_settings(stage_cfgs, window_size,
+                                              mlp_ratio, pad_small_map,
+                                              drop_path_rate)
+        windows = {b['window_size'] for b in blocks}
+        if len(windows) != 1:
+            raise ValueError(f'stage_cfgs give blocks window sizes '
+                             f'{sorted(windows)}; mmlape\'s Swin takes one '
+                             f'window size for all blocks')
+        self.window_size = windows.pop()
 
         join_type = (
             pe_join if isinstance(pe_join, str) else
             (pe_join or {}).get('type', 'Default'))
+        if use_abs_pos_embed is None:
+            use_abs_pos_embed = pe_join is not None
         if not use_abs_pos_embed and str(join_type).lower() != 'default':
             raise ValueError(
                 f'pe_join.type={join_type!r} needs an absolute PE: set '
                 f'use_abs_pos_embed=True (only the Default join runs '
                 f'without one)')
+        self.use_abs_pos_embed = use_abs_pos_embed
         self.pe_join = build_pe_join(
             pe_join,
             num_layers=self.num_layers,
@@ -249,11 +379,12 @@ class LaPESwin(LaPEBackbone):
             with_cls_token=False,
             pe_type='learnable',
             num_patches=self.grid_size[0] * self.grid_size[1],
-            norm_cfg=norm_cfg,
+            norm_cfg=blocks[0]['norm_cfg'],
             stages=list(zip(self.depths, self.stage_dims)))
 
-        self.patch_embed = SwinPatchEmbed(in_channels, self.embed_dims,
-                                          patch_size, norm_cfg)
+        self.patch_embed = SwinPatchEmbed(
+            in_channels, self.embed_dims, patch_size,
+            patch_cfg.get('norm_cfg', dict(type='LN')))
         if use_abs_pos_embed:
             self.pos_embed = nn.Parameter(
                 torch.zeros(1, self.grid_size[0] * self.grid_size[1],
@@ -262,44 +393,53 @@ class LaPESwin(LaPEBackbone):
             self.pos_embed = None
         self.drop_after_pos = nn.Dropout(drop_rate)
 
-        dpr = torch.linspace(
-            0, drop_path_rate, self.num_layers, device='cpu').tolist()
         self.layers = nn.ModuleList()
         index = 0
         for s, (depth, dims) in enumerate(zip(self.depths, self.stage_dims)):
-            blocks = []
-            for j in range(depth):
+            stage_blocks = []
+            for _ in range(depth):
+                cfg = blocks[index]
                 block = SwinBlock(
                     dims,
                     self.num_heads[s],
-                    window_size,
-                    shift=j % 2 == 1,
-                    mlp_ratio=mlp_ratio,
-                    drop_path_rate=dpr[index],
-                    pad_small_map=pad_small_map,
-                    norm_cfg=norm_cfg)
+                    cfg['window_size'],
+                    shift=cfg['shift'],
+                    mlp_ratio=cfg['ffn_ratio'],
+                    drop_path_rate=cfg['drop_path'],
+                    pad_small_map=cfg['pad_small_map'],
+                    norm_cfg=cfg['norm_cfg'])
+                block.with_cp = cfg['with_cp']
                 pe_norm = self.pe_join.build_layer_norm(index)
                 if pe_norm is not None:
                     block.pe_norm = pe_norm
-                blocks.append(block)
+                stage_blocks.append(block)
                 index += 1
             merge = (
-                PatchMerging(dims, norm_cfg) if s < self.num_stages -
-                1 else None)
-            self.layers.append(SwinStage(blocks, merge))
+                PatchMerging(dims, stages[s]['norm_cfg'])
+                if s < self.num_stages - 1 else None)
+            self.layers.append(SwinStage(stage_blocks, merge))
+        self.num_features = [
+            self.stage_dims[min(s + 1, self.num_stages - 1)]
+            if out_after_downsample else self.stage_dims[s]
+            for s in range(self.num_stages)
+        ]
         for s in self.out_indices:
-            self.add_module(f'norm{s}',
-                            build_norm_layer(norm_cfg, self.stage_dims[s])[1])
+            self.add_module(
+                f'norm{s}',
+                build_norm_layer(norm_cfg, self.num_features[s])[1]
+                if norm_cfg is not None else nn.Identity())
         self._init_default_weights()
+        self._freeze_stages()
 
     # ------------------------------------------------------------------
     # construction helpers
     def _parse_arch(self, arch: Union[str, Dict]) -> Dict:
         if isinstance(arch, str):
-            if arch not in self.arch_zoo:
+            name = arch.lower()
+            if name not in self.arch_zoo:
                 raise ValueError(f'Unknown arch={arch!r}; choose one of '
                                  f'{sorted(self.arch_zoo)} or pass a dict')
-            return dict(self.arch_zoo[arch])
+            return deepcopy(self.arch_zoo[name])
         keys = {'embed_dims', 'depths', 'num_heads'}
         if (not isinstance(arch, dict) or set(arch) != keys
                 or len(arch['depths']) != len(arch['num_heads'])):
@@ -307,6 +447,57 @@ class LaPESwin(LaPEBackbone):
                              f'{sorted(keys)} (depths and num_heads of equal '
                              f'length), got {arch!r}')
         return dict(arch)
+
+    def _stage_settings(self, stage_cfgs: Union[Dict, Sequence[Dict]],
+                        window_size: int, mlp_ratio: float,
+                        pad_small_map: bool,
+                        drop_path_rate: float) -> Tuple[List, List]:
+        """Per stage (the merging's norm) and per block (window, shift,
+        MLP ratio, stochastic depth, padding, norm, checkpointing)
+        settings, from the arguments and mmpretrain's ``stage_cfgs``."""
+        dpr = torch.linspace(
+            0, drop_path_rate, self.num_layers, device='cpu').tolist()
+        stages, blocks = [], []
+        for s, stage in enumerate(
+                _per_item(stage_cfgs, self.num_stages, 'stage_cfgs')):
+            stage = _check_keys(stage, STAGE_CFG_KEYS, f'stage_cfgs[{s}]')
+            down = _check_keys(
+                stage.get('downsample_cfg', {}), DOWNSAMPLE_CFG_KEYS,
+                f'stage_cfgs[{s}].downsample_cfg')
+            dims = self.stage_dims[s]
+            for key, want in (('in_channels', dims), ('out_channels',
+                                                      2 * dims)):
+                if key in down and down[key] != want:
+                    raise ValueError(
+                        f'stage_cfgs[{s}].downsample_cfg.{key}='
+                        f'{down[key]!r}; mmlape\'s Swin merges {dims} into '
+                        f'{2 * dims} channels')
+            stages.append(dict(norm_cfg=down.get('norm_cfg', dict(type='LN'))))
+            stage_window = stage.get('window_size', window_size)
+            depth = self.depths[s]
+            for j, cfg in enumerate(
+                    _per_item(
+                        stage.get('block_cfgs', {}), depth,
+                        f'stage_cfgs[{s}].block_cfgs')):
+                where = f'stage_cfgs[{s}].block_cfgs[{j}]'
+                cfg = _check_keys(cfg, BLOCK_CFG_KEYS, where)
+                for key in ('attn_cfgs', 'ffn_cfgs'):
+                    if cfg.pop(key, None):
+                        raise ValueError(
+                            f'{where}.{key} is not taken by mmlape\'s Swin '
+                            f'(its window attention and MLP are fixed)')
+                index = sum(self.depths[:s]) + j
+                blocks.append(
+                    dict(
+                        dict(
+                            window_size=stage_window,
+                            ffn_ratio=mlp_ratio,
+                            norm_cfg=dict(type='LN'),
+                            shift=j % 2 == 1,
+                            drop_path=dpr[index],
+                            pad_small_map=pad_small_map,
+                            with_cp=self.with_cp), **cfg))
+        return stages, blocks
 
     def _init_special_weights(self) -> None:
         """Swin's initialisation after the generic pass (see
@@ -381,11 +572,15 @@ class LaPESwin(LaPEBackbone):
         for s, stage in enumerate(self.layers):
             for blk in stage.blocks:
                 args = (x, hw, plan.layer(index))
-                if self.with_cp and x.requires_grad:
+                if blk.with_cp and x.requires_grad:
                     x = cp.checkpoint(blk, *args, use_reentrant=False)
                 else:
                     x = blk(*args)
                 index += 1
+            merge_first = (
+                self.out_after_downsample and stage.downsample is not None)
+            if merge_first:
+                x, hw = stage.downsample(x, hw)
             if s in self.out_indices:
                 out = getattr(self, f'norm{s}')(x)
                 if s == self.num_stages - 1 and plan.final is not None:
@@ -393,12 +588,42 @@ class LaPESwin(LaPEBackbone):
                 b, _, c = out.shape
                 outs.append(
                     out.transpose(1, 2).reshape(b, c, *hw).contiguous())
-            if stage.downsample is not None:
+            if stage.downsample is not None and not merge_first:
                 x, hw = stage.downsample(x, hw)
         return tuple(outs)
 
     # ------------------------------------------------------------------
     # training utilities
+    def _freeze_stages(self) -> None:
+        """mmpretrain's freezing: the patch embedding, then stages
+        ``0..frozen_stages`` (their PE norms and merging included) and
+        their output norms; the absolute PE stays trainable, as upstream's.
+        With every stage frozen, the join's own norms freeze too."""
+        if self.frozen_stages < 0:
+            return
+        frozen = [self.patch_embed]
+        frozen.extend(self.layers[:self.frozen_stages + 1])
+        frozen.extend(
+            getattr(self, f'norm{s}') for s in self.out_indices
+            if s <= self.frozen_stages)
+        if self.frozen_stages == self.num_stages - 1:
+            frozen.append(self.pe_join)
+        for m in frozen:
+            m.eval()
+            for p in m.parameters():
+                p.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'LaPESwin':
+        """Train mode, keeping frozen stages (and, with ``norm_eval``, every
+        BatchNorm) in eval mode."""
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self
+
     def get_layer_depth(self,
                         param_name: str,
                         prefix: str = '') -> Tuple[int, int]:

@@ -125,9 +125,18 @@ def convert_official_swin(state_dict: Mapping) -> Dict[str, Tensor]:
 
 def convert_mmpretrain_swin(state_dict: Mapping) -> Dict[str, Tensor]:
     """mmpretrain ``SwinTransformer`` backbone keys to mmlape's, with the
-    patch-merging norm and reduction permuted to the official order."""
-    out = rename_keys(state_dict, _SWIN_MMPRETRAIN_RULES, 'an mmpretrain Swin',
-                      _SWIN_DROPPED)
+    patch-merging norm and reduction permuted to the official order. A
+    file of mmpretrain's first layout (version 1: a final ``norm``, stored
+    ``attn_mask`` buffers) converts as upstream loads it: ``norm`` becomes
+    ``norm{last stage}``, the masks are dropped."""
+    stages = [
+        int(m.group(1))
+        for m in (re.match(r'^stages\.(\d+)\.', k) for k in state_dict) if m
+    ]
+    rules = _SWIN_MMPRETRAIN_RULES + [
+        (r'^norm\.', f'norm{max(stages, default=0)}.')
+    ]
+    out = rename_keys(state_dict, rules, 'an mmpretrain Swin', _SWIN_DROPPED)
     for key in out:
         if '.downsample.' in key:
             out[key] = _unfold_to_official(out[key])

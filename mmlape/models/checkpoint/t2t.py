@@ -1,0 +1,78 @@
+"""The checkpoint path of :class:`~mmlape.models.backbones.LaPET2TViT`.
+
+References:
+    mmpretrain's ``T2T_ViT`` (its sinusoid ``pos_embed`` is a buffer of
+    the state dict; a checkpoint's is resized, bicubic, to another grid)
+    and the official T2T-ViT code (yitu-opensource/T2T-ViT: the same
+    table, stored as a frozen parameter).
+
+The ViT's path (:mod:`.vit`) with one difference: the fixed sinusoid is a
+tensor of the model's state dict, as upstream keeps it, so a file's
+``pos_embed`` is kept (the ViT path checks and drops it, since the ViT
+rebuilds its fixed PE) and fitted to the model's grid like a learnable PE:
+a T2T-ViT checkpoint at another image size gives the model the stored table
+resized, as upstream does, not a table rebuilt for the new grid. A file
+converted without its table (``tools/convert/vit_family_to_mmlape.py``
+drops it) gets the table of the model's own grid.
+"""
+from collections import OrderedDict
+from typing import Dict, List, Mapping, Optional
+
+from mmengine.logging import print_log
+from torch import Tensor
+
+from ..layers.pos_embed import build_1d_sincos
+from .common import BACKBONE_PREFIX, strip_prefix
+from .vit import ViTCheckpoints, ViTSpec
+from .vit_family import VIT_FAMILY
+
+__all__ = ['T2T_CHECKPOINTS', 'T2T_FORMATS']
+
+#: The layouts whose ``pos_embed`` is T2T-ViT's stored sinusoid.
+T2T_FORMATS = ('t2t_vit', 'mmpretrain_t2t')
+_PE_KEYS = ('pos_embed', BACKBONE_PREFIX + 'pos_embed')
+
+
+class T2TCheckpoints(ViTCheckpoints):
+    """The ViT's checkpoint path, keeping T2T-ViT's stored sinusoid."""
+    name = 'T2T-ViT'
+
+    def backbone_state(self, checkpoint: Mapping,
+                       prefix: Optional[str]) -> Dict[str, Tensor]:
+        """An official or mmpretrain T2T-ViT file converted as the ViT's
+        path converts it (EMA weights of the official files), with its
+        ``pos_embed`` kept; any other file as the ViT's path reads it."""
+        sd = VIT_FAMILY.read(checkpoint)
+        family = VIT_FAMILY.detect(sd)
+        if family not in T2T_FORMATS:
+            return super().backbone_state(checkpoint, prefix)
+        tables = [sd[k] for k in _PE_KEYS if k in sd]
+        rest = OrderedDict((k, v) for k, v in sd.items() if k not in _PE_KEYS)
+        converted = VIT_FAMILY.convert_checkpoint({'state_dict': rest}, family,
+                                                  'none')
+        state = strip_prefix(converted['state_dict'], BACKBONE_PREFIX)
+        if tables:
+            state['pos_embed'] = tables[0]
+        print_log(
+            f'the file has the {family} layout: converted to mmlape\'s, '
+            f'its stored sinusoid kept',
+            logger='current')
+        return state
+
+    def fit(self, state_dict: Dict[str, Tensor], prefix: str,
+            spec: ViTSpec) -> List[str]:
+        """A stored sinusoid is fitted (resized) to the model's grid; a
+        state dict of this backbone without one gets the model's table."""
+        key = prefix + 'pos_embed'
+        notes: List[str] = []
+        if (key not in state_dict and spec.pos_embed_shape is not None
+                and any(k.startswith(prefix + 'blocks.') for k in state_dict)):
+            rows, dims = spec.pos_embed_shape[-2:]
+            state_dict[key] = build_1d_sincos(rows, dims)
+            notes.append(f'{key}: not in the checkpoint; the fixed sinusoid '
+                         f'of this model\'s grid is used')
+        return notes + super().fit(state_dict, prefix, spec)
+
+
+#: The checkpoint path of LaPET2TViT.
+T2T_CHECKPOINTS = T2TCheckpoints()
