@@ -8,9 +8,9 @@ rounded before the sine), the joins as its ``forward_features`` and
 ``Block``/``RPE_Attention`` apply them, for both releases:
 
 - ``current`` (``--join-type``): ``basic``, ``share``, ``LaPE`` (the PE
-  norms chained), and ``LN`` for the relative PE (built by the model, not
-  offered by ``main.py``); with ``--pe 2D_RPE`` every other join adds the
-  raw bias tables.
+  norms chained), ``unshare`` (``pos_embed{i}`` per layer) and ``LN`` for
+  the relative PE (both built by the model, not offered by ``main.py``);
+  with ``--pe 2D_RPE`` every join but ``LN`` adds the raw bias tables.
 - ``first`` (``--pe_joining``, September 2023): ``default``, ``LaPE`` (each
   layer normalises the raw PE); ``--pe RPE --pe_joining LaPE`` normalises
   the bias tables.
@@ -35,9 +35,11 @@ EPS = 1e-6
 RPE_NORM_EPS = 1e-5
 
 #: Every PE and join of each release (``main.py``'s choices, plus the
-#: relative PE's ``LN`` join that the model builds).
+#: joins that the model builds but ``main.py`` does not offer: ``unshare``
+#: with the learnable PE, ``LN`` with the relative one).
 CURRENT = [(pe, join) for pe in ('learnable', '1D_sin', '2D_sin', '2D_RPE')
-           for join in ('basic', 'share', 'LaPE')] + [('2D_RPE', 'LN')]
+           for join in ('basic', 'share', 'LaPE')] + [('learnable', 'unshare'),
+                                                      ('2D_RPE', 'LN')]
 FIRST = [(pe, join) for pe in ('learnable', '1D_sin', '2D_sin', 'RPE')
          for join in ('default', 'LaPE')]
 
@@ -98,7 +100,7 @@ def _norm_layer(gen, dims):
 def official_state(pe,
                    join,
                    release='current',
-                   seed=0,
+                   seed=None,
                    pe_std=0.5,
                    table_std=0.5):
     """An official model's ``state_dict`` (with its classifier), drawn from
@@ -109,13 +111,16 @@ def official_state(pe,
         join (str): ``--join-type`` (``--pe_joining`` for the first
             release).
         release (str): ``'current'`` or ``'first'``.
-        seed (int): The seed of every drawn weight.
+        seed (int, optional): The seed of every drawn weight; None draws
+            from torch's global generator (the tests seed it).
         pe_std (float): Scale of a learnable PE.
         table_std (float): Scale of the relative bias tables (the official
             code starts them at zero; its other PEs start at
             trunc_normal(0.02)).
     """
-    gen = torch.Generator().manual_seed(seed)
+    gen = (
+        torch.default_generator
+        if seed is None else torch.Generator().manual_seed(seed))
     n = (IMG // PATCH)**2
     sd = {}
 
@@ -123,7 +128,10 @@ def official_state(pe,
         return std * torch.randn(*shape, generator=gen)
 
     sd['cls_token'] = w(1, 1, DIMS, std=0.5)
-    if pe == 'learnable':
+    if pe == 'learnable' and join == 'unshare':
+        for i in range(DEPTH):
+            sd[f'pos_embed{i}'] = w(1, n + 1, DIMS, std=pe_std)
+    elif pe == 'learnable':
         sd['pos_embed'] = w(1, n + 1, DIMS, std=pe_std)
     elif pe == '1D_sin':
         sd['pos_embed'] = sin_1d(n + 1, DIMS)
@@ -220,6 +228,9 @@ def official_logits(sd, img, pe, join, release='current'):
     elif join == 'share':
         for i in range(DEPTH):
             x = _block(sd, i, x + pos)
+    elif join == 'unshare':
+        for i in range(DEPTH):
+            x = _block(sd, i, x + sd[f'pos_embed{i}'])
     elif join == 'LaPE':
         stream = pos
         for i in range(DEPTH):

@@ -44,7 +44,10 @@ def expected_backbone(pe, join, release):
         return pe_type, dict(type='LaPE' if normed else 'Default')
     if join == 'LaPE':
         return pe_type, dict(type='LaPE', hierarchical=release == 'current')
-    return pe_type, dict(type='Share' if join == 'share' else 'Default')
+    return pe_type, dict(type={
+        'share': 'Share',
+        'unshare': 'Unshare'
+    }.get(join, 'Default'))
 
 
 def classifier(pe_type, pe_join):
@@ -87,8 +90,12 @@ def test_official_checkpoint_loads_strictly_with_official_logits(
     recorded = ckpt['meta']['official_lape']
     assert recorded['backbone'] == dict(pe_type=pe_type, pe_join=pe_join)
     assert recorded['release'] == release
-    # the fixed PE is checked and dropped; nothing else is
+    # the fixed PE is checked and dropped; a learnable one is kept (an
+    # unshared one stacked)
     assert ('backbone.pos_embed' in ckpt['state_dict']) == (pe == 'learnable')
+    assert not any(
+        k.startswith('backbone.pos_embed') and k[-1].isdigit()
+        for k in ckpt['state_dict'])
 
     clf = classifier(pe_type, pe_join)
     clf.load_state_dict(ckpt['state_dict'], strict=True)
@@ -242,3 +249,31 @@ def test_recorded_args_are_read_from_the_namespace():
         pe_type='relative', pe_join=dict(type='LaPE'))
     # a plain DeiT run records no PE choice
     assert read_official_run({'args': {'model': 'deit_tiny'}}) is None
+
+
+@pytest.mark.parametrize('release,join', [('current', 'LN'),
+                                          ('first', 'LaPE')])
+def test_relative_lape_norm_is_the_officials_at_its_init_scale(
+        release, join, tmp_path):
+    """The official bias norm is ``nn.LayerNorm(num_patches)``, eps 1e-5.
+    At the scale the official code draws its PEs (0.02) the eps matters:
+    the backbone's 1e-6 would move the logits far beyond rounding."""
+    pe = '2D_RPE' if release == 'current' else 'RPE'
+    sd = official_state(pe, join, release, table_std=0.02)
+    src = save_official(tmp_path / 'rpe.pth', sd, pe, join, release)
+    out = str(tmp_path / 'mmlape.pth')
+    assert vit_to_mmlape.main([src, out]) == 0
+    clf = classifier('relative', dict(type='LaPE'))
+    clf.load_state_dict(torch.load(out)['state_dict'], strict=True)
+    norms = [blk.pe_norm for blk in clf.backbone.blocks]
+    assert {(n.eps, n.normalized_shape) for n in norms} == {(1e-5, (16, ))}
+    assert clf.backbone.norm.eps == 1e-6  # the backbone keeps DeiT's
+    img = torch.randn(2, 3, IMG, IMG)
+    with torch.no_grad():
+        want = official_logits(sd, img, pe, join, release)
+        assert_close_f32(clf(img, mode='tensor'), want, ulps=64)
+        for norm in norms:
+            norm.eps = 1e-6
+        clf.backbone.train(False)  # drops the cached PE plans
+        wrong = clf(img, mode='tensor')
+    assert (wrong - want).abs().max() > 1e-3
