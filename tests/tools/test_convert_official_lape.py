@@ -23,6 +23,7 @@ from mmlape.apis import check_checkpoint_fits
 from mmlape.models import LaPEViT
 from mmlape.models.checkpoint import (OfficialRun, check_fixed_pe,
                                       convert_checkpoint)
+from mmlape.utils.errors import CheckpointError
 
 sys.path.insert(0, 'tools/convert')
 import vit_to_mmlape
@@ -127,6 +128,13 @@ def test_first_release_lape_does_not_load_into_hierarchical_join(
     assert "'hierarchical': False" in err or 'hierarchical=False' in err
     # converted without a config, it records the run ...
     assert vit_to_mmlape.main([src, out]) == 0
+    # ... so tools/test.py refuses a hierarchical config, keys alike ...
+    with pytest.raises(CheckpointError, match='hierarchical is True here'):
+        check_checkpoint_fits(
+            classifier(pe_type, dict(type='LaPE')), out, 'checkpoint')
+    check_checkpoint_fits(
+        classifier(pe_type, dict(type='LaPE', hierarchical=False)), out,
+        'checkpoint')
     # ... and neither file loads into a hierarchical LaPE backbone
     for path in (src, out):
         model = LaPEViT(

@@ -41,7 +41,8 @@ from ..layers.pos_embed import build_1d_sincos, build_2d_sincos
 
 __all__ = [
     'OFFICIAL_PES', 'OFFICIAL_JOINS', 'OfficialRun', 'read_official_run',
-    'check_fixed_pe', 'backbone_contradictions'
+    'check_fixed_pe', 'backbone_contradictions', 'backbone_options',
+    'contradiction_message', 'options_text'
 ]
 
 #: ``--pe`` -> mmlape's ``pe_type`` (``RPE`` is the first release's name).
@@ -345,3 +346,32 @@ def backbone_contradictions(run: OfficialRun, backbone: Mapping) -> List[str]:
         if hier != want['pe_join']['hierarchical']:
             out.append(f'pe_join.hierarchical is {hier} here')
     return out
+
+
+def backbone_options(module: Any) -> Optional[Dict[str, Any]]:
+    """The PE options of a built backbone (``pe_type``, ``pe_join`` with
+    ``hierarchical``), in the form :func:`backbone_contradictions` takes;
+    None for a module without a PE join."""
+    join = getattr(module, 'pe_join', None)
+    if join is None or not hasattr(join, 'pe_type'):
+        return None
+    return dict(
+        pe_type=join.pe_type,
+        pe_join=dict(
+            type=join.name, hierarchical=getattr(join, 'hierarchical', True)))
+
+
+def options_text(options: Mapping) -> str:
+    """``pe_type='...', pe_join=dict(...)`` of :meth:`OfficialRun.backbone`'s
+    options."""
+    join = ', '.join(f'{k}={v!r}' for k, v in options['pe_join'].items())
+    return f'pe_type={options["pe_type"]!r}, pe_join=dict({join})'
+
+
+def contradiction_message(run: OfficialRun, wrong: List[str],
+                          where: str) -> str:
+    """One line: the run, the mmlape options it is, and what ``where``
+    (``'config'``, ``'backbone'``) has instead."""
+    return (f'the checkpoint records the official LaPE run {run.describe()},'
+            f' which is mmlape\'s {options_text(run.backbone())}, but in '
+            f'this {where} {"; ".join(wrong)}')

@@ -46,7 +46,9 @@ from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
                      Rules, check_pe_width, fit_patch_rows, is_square,
                      rename_keys, select_backbone, strip_prefix)
 from .official_lape import (OfficialRun, backbone_contradictions,
-                            check_fixed_pe, read_official_run)
+                            backbone_options, check_fixed_pe,
+                            contradiction_message, options_text,
+                            read_official_run)
 from .vit_family import VIT_FAMILY
 
 __all__ = [
@@ -428,20 +430,6 @@ def fit_pos_embed(src: Tensor,
 
 # ----------------------------------------------------------------------
 # the official LaPE run a file records
-def _options_text(options: Mapping) -> str:
-    join = ', '.join(f'{k}={v!r}' for k, v in options['pe_join'].items())
-    return f'pe_type={options["pe_type"]!r}, pe_join=dict({join})'
-
-
-def contradiction_message(run: OfficialRun, wrong: List[str],
-                          where: str) -> str:
-    """One line: the run, what it needs, and what ``where`` (``'config'``,
-    ``'backbone'``) has instead."""
-    return (f'the checkpoint records the official LaPE run {run.describe()},'
-            f' which is mmlape\'s {_options_text(run.backbone())}, but in '
-            f'this {where} {"; ".join(wrong)}')
-
-
 def _check_run_weights(run: OfficialRun, options: Mapping,
                        state_dict: Mapping) -> None:
     """The converted weights must be the recorded run's: PE norms exactly
@@ -522,7 +510,7 @@ class ViTCheckpoints(CheckpointFamily):
         conv.meta['official_lape'] = run.as_meta()
         conv.notes.insert(
             0, f'the file records the official LaPE run {run.describe()}: '
-            f'mmlape\'s {_options_text(options)}')
+            f'mmlape\'s {options_text(options)}')
         return conv
 
     def check_model(self, converted: Converted,
@@ -530,17 +518,11 @@ class ViTCheckpoints(CheckpointFamily):
         """The backbone's PE type, join and ``hierarchical`` must be those
         of the official LaPE run the file records."""
         meta = converted.meta.get('official_lape')
-        join = getattr(module, 'pe_join', None)
-        if not meta or join is None:
+        options = backbone_options(module)
+        if not meta or options is None:
             return
         run = OfficialRun.from_meta(meta)
-        wrong = backbone_contradictions(
-            run,
-            dict(
-                pe_type=join.pe_type,
-                pe_join=dict(
-                    type=join.name,
-                    hierarchical=getattr(join, 'hierarchical', True))))
+        wrong = backbone_contradictions(run, options)
         if wrong:
             raise ValueError(contradiction_message(run, wrong, 'backbone'))
 
