@@ -146,16 +146,39 @@ def test_first_release_lape_does_not_load_into_hierarchical_join(
             init_cfg=dict(type='Pretrained', checkpoint=path))
         with pytest.raises(ValueError, match='hierarchical is True'):
             model.init_weights()
-    model = LaPEViT(
-        'test-tiny',
-        img_size=IMG,
-        patch_size=PATCH,
-        pe_type=pe_type,
-        pe_join=dict(type='LaPE', hierarchical=False),
-        init_cfg=dict(type='Pretrained', checkpoint=out))
-    model.init_weights()
-    torch.testing.assert_close(model.blocks[2].pe_norm.bias,
-                               sd['blocks.2.pe_norm.bias'])
+    for path in (src, out):
+        model = LaPEViT(
+            'test-tiny',
+            img_size=IMG,
+            patch_size=PATCH,
+            pe_type=pe_type,
+            pe_join=dict(type='LaPE', hierarchical=False),
+            init_cfg=dict(type='Pretrained', checkpoint=path))
+        model.init_weights()
+        torch.testing.assert_close(model.blocks[2].pe_norm.bias,
+                                   sd['blocks.2.pe_norm.bias'])
+
+
+@pytest.mark.parametrize('release,join,code', [('current', 'LaPE', 0),
+                                               ('first', 'LaPE', 2),
+                                               ('current', 'basic', 2)])
+def test_the_repositorys_lape_config_checks_the_run(release, join, code,
+                                                    tmp_path, capsys):
+    """configs/deit/deit-tiny-lape is the chained LaPE join: a
+    ``--join-type LaPE`` file fits it, a first-release LaPE file or a
+    ``basic`` one does not."""
+    sd = official_state('learnable', join, release)
+    src = save_official(
+        tmp_path / 'x.pth',
+        sd,
+        'learnable',
+        join,
+        release,
+        model='deit_tiny_patch16_224')
+    config = 'configs/deit/deit-tiny-lape_4xb256_in1k.py'
+    assert vit_to_mmlape.main(
+        [src, str(tmp_path / 'out.pth'), '--config', config]) == code
+    assert bool(capsys.readouterr().err) == bool(code)
 
 
 def test_rpe_with_join_type_lape_is_plain_relative_pe(tmp_path, capsys):

@@ -28,6 +28,7 @@ import sys
 
 from mmlape.models.checkpoint import (FORMATS, convert_checkpoint,
                                       unwrap_state_dict)
+from mmlape.models.checkpoint.official_lape import backbone_options
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
@@ -73,14 +74,11 @@ def config_backbone(path: str) -> dict:
         except (KeyError, TypeError) as err:
             raise ValueError(f'config "{path}": cannot build its backbone '
                              f'({err})') from None
-    join = getattr(built, 'pe_join', None)
-    if join is None:
+    options = backbone_options(built)
+    if options is None:
         raise ValueError(f'config "{path}": its backbone '
                          f'{type(built).__name__} has no PE join')
-    return dict(
-        pe_type=join.pe_type,
-        pe_join=dict(
-            type=join.name, hierarchical=getattr(join, 'hierarchical', True)))
+    return options
 
 
 def dropped_classifier(src, converted) -> list:

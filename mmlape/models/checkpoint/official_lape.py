@@ -355,10 +355,10 @@ def backbone_options(module: Any) -> Optional[Dict[str, Any]]:
     join = getattr(module, 'pe_join', None)
     if join is None or not hasattr(join, 'pe_type'):
         return None
-    return dict(
-        pe_type=join.pe_type,
-        pe_join=dict(
-            type=join.name, hierarchical=getattr(join, 'hierarchical', True)))
+    pe_join = dict(type=join.name)
+    if hasattr(join, 'hierarchical'):
+        pe_join['hierarchical'] = join.hierarchical
+    return dict(pe_type=join.pe_type, pe_join=pe_join)
 
 
 def options_text(options: Mapping) -> str:
