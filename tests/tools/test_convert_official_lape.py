@@ -308,3 +308,23 @@ def test_relative_lape_norm_is_the_officials_at_its_init_scale(
         clf.backbone.train(False)  # drops the cached PE plans
         wrong = clf(img, mode='tensor')
     assert (wrong - want).abs().max() > 1e-3
+
+
+def test_methods_doc_maps_every_official_name():
+    """docs/methods.md's table names every ``--pe`` and join of both
+    releases with the mmlape options the converter writes."""
+    from conftest import ROOT
+
+    from mmlape.models.checkpoint import OFFICIAL_JOINS, OFFICIAL_PES
+    with open(f'{ROOT}/docs/methods.md') as f:
+        doc = f.read()
+    section = doc.split('## Official LaPE checkpoints')[1].split('\n## ')[0]
+    rows = [line for line in section.splitlines() if line.startswith('|')]
+    for pe, pe_type in OFFICIAL_PES.items():
+        assert any(f'`{pe}`' in r and f'`{pe_type}`' in r for r in rows), pe
+    for (release, kind, join), (mmlape, hier) in OFFICIAL_JOINS.items():
+        hier_text = '-' if hier is None else f'`{hier}`'
+        assert any(
+            r.startswith(f'| {release} |') and f'{join}`' in r
+            and f'| `{mmlape}` |' in r and f'| {hier_text}' in r
+            for r in rows), (release, kind, join)
