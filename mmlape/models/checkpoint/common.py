@@ -12,7 +12,8 @@ family (:class:`CheckpointFamily`):
    DDP ``module.`` prefix), and its backbone part (``prefix``);
 2. **detect** and **convert**: name the source layout and rename its keys to
    mmlape's (:class:`Converted`; a bare model's classifier is kept aside);
-3. **check**: refuse a checkpoint of another PE join;
+3. **check**: refuse a checkpoint of another PE join, or one whose file
+   records another model (the official LaPE code's ``args``);
 4. **fit**: the backbone's ``load_state_dict`` pre-hook fits the PE to the
    model's grid, so every route (``init_cfg``, ``load_from``, resume) is
    fitted;
@@ -394,8 +395,9 @@ class CheckpointFamily:
 
         The file is read through mmengine's loader (mmlape makes it safe);
         the backbone part is selected (``prefix``, or ``backbone.`` when
-        present), converted (:meth:`convert`), checked against the join
-        (:meth:`check`) and loaded; the backbone's own pre-hook fits it
+        present), converted (:meth:`convert_file`), checked against the join
+        (:meth:`check`) and against the model the file records
+        (:meth:`check_model`) and loaded; the backbone's own pre-hook fits it
         (:meth:`fit`). What was dropped, missing or unexpected is logged.
 
         Args:
