@@ -15,6 +15,11 @@ rounded before the sine), the joins as its ``forward_features`` and
   layer normalises the raw PE); ``--pe RPE --pe_joining LaPE`` normalises
   the bias tables.
 
+The official relative-PE models cannot run their own forward (the
+current code unpacks the tensor an ``RPE_Block`` returns as a pair, the
+first release reads a ``pos_embed`` they lack); this reference runs their
+blocks one after the other, as ``RPE_Block`` computes them.
+
 A checkpoint is saved as the official ``main.py`` saves it: ``model``,
 ``optimizer``, ``lr_scheduler``, ``epoch``, ``model_ema``, ``scaler`` and
 ``args`` (an ``argparse.Namespace``).

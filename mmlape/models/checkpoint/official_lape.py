@@ -27,7 +27,9 @@ code):
   (which the model accepts but ``main.py`` does not offer) normalises each
   table with ``nn.LayerNorm(num_patches)``: mmlape's ``LaPE`` with
   ``pe_type='relative'``. In the first release ``--pe RPE --pe_joining
-  LaPE`` builds that norm.
+  LaPE`` builds that norm. (Neither release's forward runs its relative-PE
+  model as published; the weights are mapped by what ``RPE_Block``
+  computes.)
 """
 import math
 import re
