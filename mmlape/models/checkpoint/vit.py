@@ -508,9 +508,12 @@ class ViTCheckpoints(CheckpointFamily):
         conv = self.convert(state_dict, fmt, options['pe_type'])
         _check_run_weights(run, options, conv.state_dict)
         conv.meta['official_lape'] = run.as_meta()
+        arch = run.arch()
+        arch = ', '.join(f'{k}={v!r}'
+                         for k, v in arch.items()) + ', ' if arch else ''
         conv.notes.insert(
             0, f'the file records the official LaPE run {run.describe()}: '
-            f'mmlape\'s {options_text(options)}')
+            f'mmlape\'s {arch}{options_text(options)}')
         return conv
 
     def check_model(self, converted: Converted,
