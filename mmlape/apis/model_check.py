@@ -18,6 +18,10 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from mmlape.models.checkpoint import unwrap_state_dict
+from mmlape.models.checkpoint.official_lape import (OfficialRun,
+                                                    backbone_contradictions,
+                                                    backbone_options,
+                                                    contradiction_message)
 from mmlape.models.layers.parts import init_defaults
 from mmlape.models.layers.pe_join import BasePEJoin
 from mmlape.registry import FFNS, MODELS, PE_JOINS, POOLINGS, TOKENIZERS
@@ -232,6 +236,7 @@ def check_checkpoint_fits(model: torch.nn.Module,
         if parts:
             raise CheckpointError(f'{purpose}: "{filename}" was saved from '
                                   f'another model: {parts}. {_ADVICE}')
+    _check_official_run(model, ckpt, filename, purpose)
     state = unwrap_state_dict(ckpt)
     own = getattr(model, 'module', model).state_dict()
     problems = {
@@ -249,6 +254,24 @@ def check_checkpoint_fits(model: torch.nn.Module,
         raise CheckpointError(f'{purpose}: "{filename}" is a checkpoint of '
                               f'another model: {parts}. {_ADVICE}')
     return state
+
+
+def _check_official_run(model: torch.nn.Module, ckpt: Any, filename: str,
+                        purpose: str) -> None:
+    """A file converted from an official LaPE checkpoint records the run
+    (``meta['official_lape']``): the model's backbone must be that run's
+    (PE type, join, ``hierarchical``), which the keys alone cannot tell."""
+    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
+    run = meta.get('official_lape') if isinstance(meta, dict) else None
+    backbone = getattr(getattr(model, 'module', model), 'backbone', None)
+    options = backbone_options(backbone)
+    if not isinstance(run, dict) or options is None:
+        return
+    run = OfficialRun.from_meta(run)
+    wrong = backbone_contradictions(run, options)
+    if wrong:
+        raise CheckpointError(f'{purpose}: "{filename}": ' +
+                              contradiction_message(run, wrong, 'config'))
 
 
 def note_finetune_sources(cfg: Config) -> None:

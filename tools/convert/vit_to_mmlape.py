@@ -10,14 +10,25 @@ into an mmlape classifier or detector/segmentor, or into
 ViT-Adapter/Segmenter with
 ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix='backbone.')``.
 
+An official LaPE checkpoint records its run (``args``: ``--pe``,
+``--join-type``, or the first release's ``--pe_joining``): the converter
+prints the mmlape ``pe_type`` and ``pe_join`` (with ``hierarchical``) that
+run is, writes them to the converted file's ``meta['official_lape']``
+(loading it into a backbone with other ones is refused), checks a stored
+fixed sin-cos PE against mmlape's and drops it, and with ``--config``
+refuses a config whose backbone contradicts the run (docs/methods.md,
+"Official LaPE checkpoints").
+
 Example:
-    python tools/convert/vit_to_mmlape.py deit_tiny_lape.pth out.pth
+    python tools/convert/vit_to_mmlape.py deit_tiny_lape.pth out.pth \
+        --config configs/deit/deit-tiny-lape_4xb256_in1k.py
 """
 import os.path as osp
 import sys
 
 from mmlape.models.checkpoint import (FORMATS, convert_checkpoint,
                                       unwrap_state_dict)
+from mmlape.models.checkpoint.official_lape import backbone_options
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
@@ -30,7 +41,44 @@ def parse_args(argv=None):
         ('vit', 'linear', 'none'),
         'where a timm classifier goes: VisionTransformerClsHead (vit), '
         'LinearClsHead (linear), or dropped (none)')
+    parser.add_argument(
+        '--config',
+        help='the mmlape config the checkpoint is for: refused when its '
+        'backbone contradicts the official LaPE run the file records (PE '
+        'type, join, hierarchical)')
     return parser.parse_args(argv)
+
+
+def config_backbone(path: str) -> dict:
+    """The PE options of the backbone a config builds: ``pe_type`` and
+    ``pe_join`` (type, and ``hierarchical`` for LaPE), read from the built
+    backbone so that the arch's and the class's defaults count.
+
+    Raises:
+        ValueError: The file has no ``model.backbone``, or it cannot be
+            built.
+    """
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+
+    from mmlape.registry import MODELS
+    cfg = Config.fromfile(path)
+    backbone = (cfg.get('model') or {}).get('backbone')
+    if not backbone:
+        raise ValueError(f'config "{path}" has no model.backbone')
+    cfg_backbone = dict(backbone)
+    cfg_backbone.pop('init_cfg', None)
+    with DefaultScope.overwrite_default_scope('mmlape'):
+        try:
+            built = MODELS.build(cfg_backbone)
+        except (KeyError, TypeError) as err:
+            raise ValueError(f'config "{path}": cannot build its backbone '
+                             f'({err})') from None
+    options = backbone_options(built)
+    if options is None:
+        raise ValueError(f'config "{path}": its backbone '
+                         f'{type(built).__name__} has no PE join')
+    return options
 
 
 def dropped_classifier(src, converted) -> list:
@@ -48,7 +96,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def convert(src):
-        ckpt = convert_checkpoint(src, fmt=args.format, head=args.head)
+        backbone = config_backbone(args.config) if args.config else None
+        ckpt = convert_checkpoint(
+            src, fmt=args.format, head=args.head, backbone=backbone)
         dropped = dropped_classifier(src, ckpt)
         if dropped and args.head != 'none':
             raise ValueError(

@@ -4,6 +4,8 @@ backbone family fills in (:mod:`.vit` with :mod:`.vit_family`,
 :mod:`.swin`; :mod:`.t2t` for mmpretrain's T2T-ViT)."""
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
                      select_backbone, strip_prefix, unwrap_state_dict)
+from .official_lape import (OFFICIAL_JOINS, OFFICIAL_PES, OfficialRun,
+                            check_fixed_pe, read_official_run)
 from .swin import (SWIN, SWIN_FORMATS, SwinSpec, convert_mmpretrain_swin,
                    convert_official_swin, convert_swin_backbone,
                    convert_swin_checkpoint, detect_swin_format)
@@ -25,5 +27,6 @@ __all__ = [
     'convert_vit_family_checkpoint', 'SWIN', 'SWIN_FORMATS', 'SwinSpec',
     'detect_swin_format', 'convert_official_swin', 'convert_mmpretrain_swin',
     'convert_swin_backbone', 'convert_swin_checkpoint', 'T2T_CHECKPOINTS',
-    'T2T_FORMATS'
+    'T2T_FORMATS', 'OFFICIAL_JOINS', 'OFFICIAL_PES', 'OfficialRun',
+    'check_fixed_pe', 'read_official_run'
 ]

@@ -12,7 +12,8 @@ family (:class:`CheckpointFamily`):
    DDP ``module.`` prefix), and its backbone part (``prefix``);
 2. **detect** and **convert**: name the source layout and rename its keys to
    mmlape's (:class:`Converted`; a bare model's classifier is kept aside);
-3. **check**: refuse a checkpoint of another PE join;
+3. **check**: refuse a checkpoint of another PE join, or one whose file
+   records another model (the official LaPE code's ``args``);
 4. **fit**: the backbone's ``load_state_dict`` pre-hook fits the PE to the
    model's grid, so every route (``init_cfg``, ``load_from``, resume) is
    fitted;
@@ -83,11 +84,14 @@ class Converted:
         head (dict): A bare model's classifier (``weight``, ``bias``), which
             a whole-checkpoint conversion puts where the ``head`` option
             says; empty when the source has none.
+        meta (dict): What the source file records about the model (e.g. the
+            official LaPE run), for the converted file's ``meta``.
     """
     state_dict: Dict[str, Tensor]
     layout: Layout
     notes: List[str] = field(default_factory=list)
     head: Dict[str, Tensor] = field(default_factory=dict)
+    meta: Dict[str, Any] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------
@@ -309,6 +313,22 @@ class CheckpointFamily:
         """
         raise NotImplementedError
 
+    def convert_file(self,
+                     checkpoint: Mapping,
+                     state_dict: Mapping,
+                     fmt: Optional[str] = None) -> Converted:
+        """:meth:`convert` of the backbone keys ``state_dict`` of the loaded
+        file ``checkpoint``; a family whose files record how the model was
+        built (the official LaPE code's ``args``) reads that here and puts
+        it in :attr:`Converted.meta`."""
+        return self.convert(state_dict, fmt)
+
+    def check_model(self, converted: Converted,
+                    module: torch.nn.Module) -> None:
+        """Refuse a file whose recorded model (:attr:`Converted.meta`)
+        contradicts the backbone ``module`` it is loaded into (a ValueError
+        naming both). Nothing is recorded by default."""
+
     def read(self, checkpoint: Mapping, **options) -> Dict[str, Tensor]:
         """The state dict a loaded file holds (see
         :func:`unwrap_state_dict`)."""
@@ -349,7 +369,7 @@ class CheckpointFamily:
         sd = self.read(checkpoint, **options)
         fmt = fmt or self.detect(sd)
         prefixed = any(k.startswith(BACKBONE_PREFIX) for k in sd)
-        conv = self.convert(select_backbone(sd), fmt)
+        conv = self.convert_file(checkpoint, select_backbone(sd), fmt)
         out = OrderedDict(
             (BACKBONE_PREFIX + k, v) for k, v in conv.state_dict.items())
         if prefixed:
@@ -360,7 +380,10 @@ class CheckpointFamily:
         return dict(
             state_dict=out,
             meta=dict(
-                converted_from=fmt, layout=conv.layout.name, notes=conv.notes))
+                converted_from=fmt,
+                layout=conv.layout.name,
+                notes=conv.notes,
+                **conv.meta))
 
     def load(self,
              module: torch.nn.Module,
@@ -372,8 +395,9 @@ class CheckpointFamily:
 
         The file is read through mmengine's loader (mmlape makes it safe);
         the backbone part is selected (``prefix``, or ``backbone.`` when
-        present), converted (:meth:`convert`), checked against the join
-        (:meth:`check`) and loaded; the backbone's own pre-hook fits it
+        present), converted (:meth:`convert_file`), checked against the join
+        (:meth:`check`) and against the model the file records
+        (:meth:`check_model`) and loaded; the backbone's own pre-hook fits it
         (:meth:`fit`). What was dropped, missing or unexpected is logged.
 
         Args:
@@ -392,8 +416,9 @@ class CheckpointFamily:
         from mmengine.runner.checkpoint import CheckpointLoader
         ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
         try:
-            conv = self.convert(self.backbone_state(ckpt, prefix))
+            conv = self.convert_file(ckpt, self.backbone_state(ckpt, prefix))
             self.check(conv.state_dict, spec)
+            self.check_model(conv, module)
         except ValueError as err:
             raise ValueError(f'Checkpoint "{checkpoint}": {err}') from None
         print_log(

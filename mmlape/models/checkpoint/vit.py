@@ -45,6 +45,10 @@ from ..layers.block import relative_position_index
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
                      Rules, check_pe_width, fit_patch_rows, is_square,
                      rename_keys, select_backbone, strip_prefix)
+from .official_lape import (OfficialRun, backbone_contradictions,
+                            backbone_options, check_fixed_pe,
+                            contradiction_message, options_text,
+                            read_official_run)
 from .vit_family import VIT_FAMILY
 
 __all__ = [
@@ -278,22 +282,49 @@ def _convert_lape_relative(state_dict: Mapping,
     return out
 
 
+def _drop_fixed_pe(sd: Dict[str, Tensor], pe_type: Optional[str],
+                   notes: List[str]) -> None:
+    """Check a stored fixed sin-cos PE against mmlape's and drop it (see
+    :func:`~.official_lape.check_fixed_pe`): mmlape builds it as a buffer
+    that no checkpoint holds."""
+    pe = sd.get('pos_embed')
+    if pe is None:
+        return
+    kind = check_fixed_pe(pe, pe_type)
+    if kind is None:
+        return
+    del sd['pos_embed']
+    notes.append(f'pos_embed of shape {tuple(pe.shape)} is the fixed '
+                 f'{kind} PE: checked against mmlape\'s and dropped (mmlape '
+                 f'builds it; load into a model with pe_type={kind!r})')
+
+
 def convert_layout(state_dict: Mapping,
-                   layout: Optional[Layout] = None) -> Converted:
+                   layout: Optional[Layout] = None,
+                   pe_type: Optional[str] = None) -> Converted:
     """A backbone state dict of any known layout in mmlape's names and PE
     layout.
 
     Keys are renamed (mmpretrain, mmseg, the LaPE code's relative PE), the
     unshared PEs are stacked, a classifier (``head.*``, ``head_dist.*``) and
-    the distillation token are dropped, and ``pos_embed`` keeps only a
-    class-token row (when the layout has one) and the patch rows.
+    the distillation token are dropped, a stored fixed sin-cos PE (the LaPE
+    code's ``1D_sin``/``2D_sin``) is checked and dropped, and ``pos_embed``
+    keeps only a class-token row (when the layout has one) and the patch
+    rows.
 
     Args:
         state_dict (Mapping): Backbone keys, no prefix.
         layout (Layout, optional): Detected when None.
+        pe_type (str, optional): The source's PE type when its file records
+            it (the official LaPE code's ``args``); None recognises a fixed
+            PE of a timm-named file by its values. Defaults to None.
 
     Returns:
         Converted: The state dict, its layout and notes on what changed.
+
+    Raises:
+        ValueError: A key with no counterpart, or a stored fixed PE that is
+            not mmlape's (the message names the largest difference).
     """
     layout = layout or detect_layout(state_dict)
     notes: List[str] = []
@@ -305,6 +336,8 @@ def convert_layout(state_dict: Mapping,
         sd = _stack_unshared(state_dict)
         if layout.name == 'lape-relative':
             sd = _convert_lape_relative(sd, notes)
+        if layout.naming == 'timm' or pe_type is not None:
+            _drop_fixed_pe(sd, pe_type, notes)
     dropped = [
         k for k in sd
         if k == 'dist_token' or k.startswith(('head.', 'head_dist.'))
@@ -401,6 +434,34 @@ def fit_pos_embed(src: Tensor,
 
 
 # ----------------------------------------------------------------------
+# the official LaPE run a file records
+def _check_run_weights(run: OfficialRun, options: Mapping,
+                       state_dict: Mapping) -> None:
+    """The converted weights must be the recorded run's: PE norms exactly
+    where its join has them, relative bias tables with the relative PE, a
+    stored PE with a learnable one."""
+    norms = any(_PE_NORM_KEY.match(k) for k in state_dict)
+    tables = any(
+        k.endswith('attn.relative_position_bias_table') for k in state_dict)
+    lape = options['pe_join']['type'] == 'LaPE'
+    relative = options['pe_type'] == 'relative'
+    problem = None
+    if norms != lape:
+        problem = ('PE norms (blocks.{i}.pe_norm, blocks.{i}.attn.pe_norm)'
+                   if lape else 'no PE norms') + ' are expected, '
+        problem += 'none are there' if lape else 'the weights have some'
+    elif tables != relative:
+        problem = ('relative bias tables are expected, none are there'
+                   if relative else 'the weights have relative bias tables')
+    elif options['pe_type'] == 'learnable' and 'pos_embed' not in state_dict:
+        problem = 'a learnable pos_embed is expected, none is there'
+    if problem:
+        raise ValueError(f'the checkpoint records the official LaPE run '
+                         f'{run.describe()} but its weights are not that '
+                         f'model\'s: {problem}')
+
+
+# ----------------------------------------------------------------------
 # the ViT's path
 class ViTCheckpoints(CheckpointFamily):
     """The checkpoint path of the ViT and the backbones built on it."""
@@ -414,16 +475,88 @@ class ViTCheckpoints(CheckpointFamily):
 
     def convert(self,
                 state_dict: Mapping,
-                fmt: Optional[str] = None) -> Converted:
+                fmt: Optional[str] = None,
+                pe_type: Optional[str] = None) -> Converted:
         if fmt is not None and fmt not in FORMATS:
             raise ValueError(f'Unknown checkpoint format {fmt!r}; choose one '
                              f'of {list(FORMATS)}')
-        conv = convert_layout(state_dict, detect_layout(state_dict, fmt))
+        conv = convert_layout(state_dict, detect_layout(state_dict, fmt),
+                              pe_type)
         # a bare timm-named model's classifier
         conv.head = OrderedDict((suffix, state_dict['head.' + suffix])
                                 for suffix in ('weight', 'bias')
                                 if 'head.' + suffix in state_dict)
         return conv
+
+    def convert_file(self,
+                     checkpoint: Mapping,
+                     state_dict: Mapping,
+                     fmt: Optional[str] = None) -> Converted:
+        """Convert, reading the official LaPE run the file records (its
+        ``args``, or ``meta['official_lape']`` of a converted file): the
+        run's PE type decides whether a stored PE is the fixed one, the
+        weights must be the run's (PE norms where its join has them), and
+        the run goes to :attr:`Converted.meta` (``official_lape``, with
+        mmlape's ``pe_type`` and ``pe_join``)."""
+        run = read_official_run(checkpoint)
+        if run is None:
+            conv = self.convert(state_dict, fmt)
+            if (conv.layout.naming == 'timm'
+                    and any(_PE_NORM_KEY.match(k) for k in conv.state_dict)):
+                conv.notes.append(
+                    'the file records no official LaPE args: whether its '
+                    'LaPE chains the PE norms (pe_join.hierarchical=True, '
+                    'the --join-type LaPE code) or not (False, the first '
+                    'release\'s --pe_joining LaPE) is not checked')
+            return conv
+        options = run.backbone()
+        conv = self.convert(state_dict, fmt, options['pe_type'])
+        _check_run_weights(run, options, conv.state_dict)
+        conv.meta['official_lape'] = run.as_meta()
+        arch = run.arch()
+        arch = ', '.join(f'{k}={v!r}'
+                         for k, v in arch.items()) + ', ' if arch else ''
+        conv.notes.insert(
+            0, f'the file records the official LaPE run {run.describe()}: '
+            f'mmlape\'s {arch}{options_text(options)}')
+        return conv
+
+    def check_model(self, converted: Converted,
+                    module: torch.nn.Module) -> None:
+        """The backbone's PE type, join and ``hierarchical`` must be those
+        of the official LaPE run the file records."""
+        meta = converted.meta.get('official_lape')
+        options = backbone_options(module)
+        if not meta or options is None:
+            return
+        run = OfficialRun.from_meta(meta)
+        wrong = backbone_contradictions(run, options)
+        if wrong:
+            raise ValueError(contradiction_message(run, wrong, 'backbone'))
+
+    def convert_checkpoint(self,
+                           checkpoint: Mapping,
+                           fmt: Optional[str] = None,
+                           head: Optional[str] = None,
+                           backbone: Optional[Mapping] = None,
+                           **options) -> Dict:
+        """As :meth:`~.common.CheckpointFamily.convert_checkpoint`; with
+        ``backbone`` (a config's backbone options: ``pe_type``,
+        ``pe_join``), a file whose recorded official LaPE run needs another
+        PE type, join or ``hierarchical`` is refused.
+
+        Raises:
+            ValueError: What the conversion refuses, or one line naming
+                each option of ``backbone`` that contradicts the run.
+        """
+        out = super().convert_checkpoint(checkpoint, fmt, head, **options)
+        meta = out['meta'].get('official_lape')
+        if backbone is not None and meta:
+            run = OfficialRun.from_meta(meta)
+            wrong = backbone_contradictions(run, backbone)
+            if wrong:
+                raise ValueError(contradiction_message(run, wrong, 'config'))
+        return out
 
     def check(self, state_dict: Mapping, spec: ViTSpec) -> None:
         """The layers that own a PE norm (``blocks.{i}.pe_norm``) must be

@@ -46,9 +46,16 @@ from .pe_plan import CarryFn, PEPlan
 from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES
 
 __all__ = [
-    'DefaultJoin', 'ShareJoin', 'UnshareJoin', 'LaPEJoin', 'PVGJoin',
-    'MPVGJoin', 'build_pe_join', 'pe_join_names', 'pe_join_classes'
+    'RELATIVE_PE_NORM_CFG', 'DefaultJoin', 'ShareJoin', 'UnshareJoin',
+    'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'pe_join_names',
+    'pe_join_classes'
 ]
+
+#: The norm of LaPE's relative-PE bias tables: the official code normalises
+#: each layer's ``(heads, N, N)`` bias over the key axis with
+#: ``nn.LayerNorm(num_patches)``, i.e. PyTorch's default eps 1e-5, whatever
+#: the backbone's norms are (DeiT's are 1e-6).
+RELATIVE_PE_NORM_CFG = dict(type='LN', eps=1e-5)
 
 
 @PE_JOINS.register_module(name='Default')
@@ -122,7 +129,9 @@ class LaPEJoin(BasePEJoin):
     stream nor the MLP input.
 
     With a relative PE, layer ``l``'s bias table goes through ``LN'_l``
-    (over the key axis) before it is added to the patch-patch logits.
+    (over the key axis) before it is added to the patch-patch logits;
+    ``LN'_l`` is then the official code's ``nn.LayerNorm(num_patches)``
+    with its eps 1e-5 (:data:`RELATIVE_PE_NORM_CFG`), not the backbone's.
 
     On a staged backbone the stream crosses each stage boundary through the
     backbone's ``carry`` hook just before the first layer of the new stage
@@ -184,7 +193,11 @@ class LaPEJoin(BasePEJoin):
                      self.first_pe_layer + self.num_pe_layers)
 
     def build_layer_norm(self, index):
-        return self._new_norm(index) if index in self.pe_layers else None
+        if index not in self.pe_layers:
+            return None
+        if self.pe_type == 'relative':
+            return build_norm_layer(RELATIVE_PE_NORM_CFG, self.num_patches)[1]
+        return self._new_norm(index)
 
     def _layerwise(self,
                    pos: Tensor,

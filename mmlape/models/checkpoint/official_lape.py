@@ -1,0 +1,379 @@
+"""The official LaPE code's recorded run, in mmlape's terms.
+
+References:
+    The official LaPE code (Ingrid725/LaPE, DeiT's code base): ``main.py``
+    (``--model``, ``--pe``, ``--join-type``, ``--input-size``; the first
+    release of September 2023 named the join ``--pe_joining``) saves
+    ``{'model': ..., 'args': argparse.Namespace, ...}``;
+    ``vision_transformer.py`` builds the PE (``learnable``, ``1D_sin`` and
+    ``2D_sin`` as frozen parameters, ``2D_RPE`` / the first release's
+    ``RPE`` as per-layer bias tables) and joins it.
+
+What the official names mean (docs/methods.md, "Official LaPE
+checkpoints", has the table; :data:`OFFICIAL_JOINS` is the same table in
+code):
+
+- ``--join-type basic`` (first release: ``--pe_joining default``) adds the
+  PE once at the input: mmlape's ``Default``; ``share``: ``Share``;
+  ``unshare`` (built by the model, not offered by ``main.py``):
+  ``Unshare``.
+- ``--join-type LaPE`` chains the PE norms (``pos_{l+1} = LN'_l(pos_l)``):
+  ``LaPE`` with ``hierarchical=True``. The first release's
+  ``--pe_joining LaPE`` normalises the raw PE in every layer:
+  ``hierarchical=False``.
+- With the relative PE (``--pe 2D_RPE``) the model ignores ``basic``,
+  ``share`` and ``LaPE``: every layer adds its raw bias table, which is
+  mmlape's ``Default`` with ``pe_type='relative'``. Only the join ``LN``
+  (which the model accepts but ``main.py`` does not offer) normalises each
+  table with ``nn.LayerNorm(num_patches)``: mmlape's ``LaPE`` with
+  ``pe_type='relative'``. In the first release ``--pe RPE --pe_joining
+  LaPE`` builds that norm. (Neither release's forward runs its relative-PE
+  model as published; the weights are mapped by what ``RPE_Block``
+  computes.)
+"""
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ..layers.pos_embed import build_1d_sincos, build_2d_sincos
+
+__all__ = [
+    'OFFICIAL_PES', 'OFFICIAL_JOINS', 'OfficialRun', 'read_official_run',
+    'check_fixed_pe', 'backbone_contradictions', 'backbone_options',
+    'contradiction_message', 'options_text'
+]
+
+#: ``--pe`` -> mmlape's ``pe_type`` (``RPE`` is the first release's name).
+OFFICIAL_PES = {
+    'learnable': 'learnable',
+    '1D_sin': 'sincos1d',
+    '2D_sin': 'sincos2d',
+    '2D_RPE': 'relative',
+    'RPE': 'relative',
+}
+
+#: ``(release, PE kind, official join) -> (mmlape join, hierarchical)``.
+#: ``release`` is ``'first'`` (``--pe_joining``) or ``'current'``
+#: (``--join-type``); the PE kind is ``'absolute'`` (learnable, 1D_sin,
+#: 2D_sin) or ``'relative'``; ``hierarchical`` is None where it does not
+#: apply (it only chains absolute PEs).
+OFFICIAL_JOINS: Dict[Tuple[str, str, str], Tuple[str, Optional[bool]]] = {
+    ('current', 'absolute', 'basic'): ('Default', None),
+    ('current', 'absolute', 'share'): ('Share', None),
+    ('current', 'absolute', 'unshare'): ('Unshare', None),
+    ('current', 'absolute', 'LaPE'): ('LaPE', True),
+    ('current', 'relative', 'basic'): ('Default', None),
+    ('current', 'relative', 'share'): ('Default', None),
+    ('current', 'relative', 'LaPE'): ('Default', None),
+    ('current', 'relative', 'LN'): ('LaPE', None),
+    ('first', 'absolute', 'default'): ('Default', None),
+    ('first', 'absolute', 'LaPE'): ('LaPE', False),
+    ('first', 'relative', 'default'): ('Default', None),
+    ('first', 'relative', 'LaPE'): ('LaPE', None),
+}
+
+#: The ``--pe`` choices of each release's ``main.py``.
+_RELEASE_PES = {
+    'current': ('learnable', '1D_sin', '2D_sin', '2D_RPE'),
+    'first': ('learnable', '1D_sin', '2D_sin', 'RPE'),
+}
+
+# deit_{tiny,small,base}[_distilled]_patch{P}_{S}: the official models.
+_MODEL_NAME = re.compile(
+    r'^deit_(tiny|small|base)(_distilled)?_patch(\d+)_(\d+)$')
+
+
+@dataclass(frozen=True)
+class OfficialRun:
+    """What an official LaPE checkpoint's ``args`` record.
+
+    Attributes:
+        release (str): ``'current'`` (``--join-type``) or ``'first'``
+            (``--pe_joining``, the September 2023 code).
+        pe (str): ``--pe``.
+        join (str): ``--join-type`` / ``--pe_joining``.
+        model (str, optional): ``--model``.
+        input_size (int, optional): ``--input-size``.
+    """
+    release: str
+    pe: str
+    join: str
+    model: Optional[str] = None
+    input_size: Optional[int] = None
+
+    @property
+    def option(self) -> str:
+        """The command-line name of the join option."""
+        return '--join-type' if self.release == 'current' else '--pe_joining'
+
+    def describe(self) -> str:
+        """E.g. ``--pe 1D_sin --join-type LaPE`` (with the model)."""
+        text = f'--pe {self.pe} {self.option} {self.join}'
+        return f'{text} (--model {self.model})' if self.model else text
+
+    def backbone(self) -> Dict[str, Any]:
+        """The mmlape backbone options of this run: ``pe_type`` and
+        ``pe_join`` (with ``hierarchical`` for an absolute LaPE).
+
+        Raises:
+            ValueError: A PE or join the official code does not offer, or a
+                combination that has no mmlape counterpart.
+        """
+        names = _RELEASE_PES[self.release]
+        pe_type = OFFICIAL_PES.get(self.pe) if self.pe in names else None
+        if pe_type is None:
+            raise ValueError(f'the checkpoint\'s args record --pe '
+                             f'{self.pe}, which the official LaPE code '
+                             f'({self.release} release) does not offer '
+                             f'(it offers {list(names)})')
+        kind = 'relative' if pe_type == 'relative' else 'absolute'
+        found = OFFICIAL_JOINS.get((self.release, kind, self.join))
+        if found is None:
+            joins = sorted(j for r, k, j in OFFICIAL_JOINS
+                           if r == self.release and k == kind)
+            raise ValueError(f'the checkpoint\'s args record '
+                             f'{self.describe()}: mmlape has no counterpart '
+                             f'(with --pe {self.pe} the official code '
+                             f'joins {joins})')
+        join, hierarchical = found
+        pe_join: Dict[str, Any] = dict(type=join)
+        if hierarchical is not None:
+            pe_join['hierarchical'] = hierarchical
+        return dict(pe_type=pe_type, pe_join=pe_join)
+
+    def arch(self) -> Optional[Dict[str, Any]]:
+        """mmlape's ``arch``, ``patch_size`` and ``img_size`` of the
+        official model, or None for a model name the official code does
+        not register."""
+        m = _MODEL_NAME.match(self.model or '')
+        if m is None:
+            return None
+        return dict(
+            arch=f'deit-{m.group(1)}',
+            patch_size=int(m.group(3)),
+            img_size=self.input_size or int(m.group(4)))
+
+    def as_meta(self) -> Dict[str, Any]:
+        """The run and its mmlape options, for a converted file's ``meta``
+        (plain values: a converted file needs no allow-listed class)."""
+        return dict(
+            release=self.release,
+            pe=self.pe,
+            join=self.join,
+            model=self.model,
+            input_size=self.input_size,
+            backbone=self.backbone())
+
+    @classmethod
+    def from_meta(cls, meta: Mapping) -> 'OfficialRun':
+        return cls(meta['release'], meta['pe'], meta['join'],
+                   meta.get('model'), meta.get('input_size'))
+
+
+def _field(args: Any, name: str) -> Any:
+    if isinstance(args, Mapping):
+        return args.get(name)
+    return getattr(args, name, None)
+
+
+def read_official_run(checkpoint: Any) -> Optional[OfficialRun]:
+    """The run an official LaPE checkpoint records, or None.
+
+    The official ``main.py`` stores its ``argparse.Namespace`` as ``args``
+    (mmlape's safe loading restores it, see :mod:`mmlape.utils.safe_load`);
+    a file converted by ``tools/convert/vit_to_mmlape.py`` keeps the run in
+    ``meta['official_lape']``. ``args`` without ``pe`` (e.g. a plain DeiT
+    run's) record no LaPE run.
+
+    Args:
+        checkpoint: The loaded file.
+
+    Returns:
+        OfficialRun | None: The run.
+    """
+    if not isinstance(checkpoint, Mapping):
+        return None
+    meta = checkpoint.get('meta')
+    if isinstance(meta, Mapping) and isinstance(
+            meta.get('official_lape'), Mapping):
+        return OfficialRun.from_meta(meta['official_lape'])
+    args = checkpoint.get('args')
+    pe = _field(args, 'pe')
+    if args is None or pe is None:
+        return None
+    join = _field(args, 'join_type')
+    release = 'current'
+    if join is None and _field(args, 'pe_joining') is not None:
+        join, release = _field(args, 'pe_joining'), 'first'
+    if join is None:
+        join = 'basic'  # main.py's default
+    size = _field(args, 'input_size')
+    return OfficialRun(release, str(pe), str(join), _field(args, 'model'),
+                       int(size) if isinstance(size, int) else None)
+
+
+# ----------------------------------------------------------------------
+# the stored fixed PE
+def _fixed_pe(pe_type: str, rows: int, dims: int) -> Optional[Tensor]:
+    """mmlape's fixed PE of ``rows`` rows: the 1D sinusoid (class token at
+    position 0), or the 2D one with or without a zero class-token row."""
+    if pe_type == 'sincos1d':
+        return build_1d_sincos(rows, dims) if dims % 2 == 0 else None
+    if dims % 4:
+        return None
+    for extra in (1, 0):
+        side = math.isqrt(max(rows - extra, 0))
+        if side * side == rows - extra and side:
+            return build_2d_sincos((side, side), dims, bool(extra))
+    return None
+
+
+def _tolerance(rows: int) -> float:
+    """Rounding allowed between the official float32 table and mmlape's
+    (float64, then rounded): the official code rounds each angle, up to
+    ``rows`` radians, to float32 before taking its sine."""
+    return max(1e-4, 4 * rows * torch.finfo(torch.float32).eps)
+
+
+def check_fixed_pe(value: Tensor,
+                   pe_type: Optional[str],
+                   key: str = 'pos_embed') -> Optional[str]:
+    """Whether a stored PE is a fixed sin-cos PE that mmlape rebuilds.
+
+    The official LaPE code stores its fixed PE as a frozen parameter
+    (``1D_sin``: a 2-D ``(N + 1, C)`` tensor; ``2D_sin``: ``(1, N + 1, C)``
+    with a zero class-token row). mmlape builds the same table as a
+    buffer that no checkpoint holds, so a stored one is checked and
+    dropped.
+
+    Args:
+        value (Tensor): The stored PE.
+        pe_type (str, optional): ``'sincos1d'`` or ``'sincos2d'`` when the
+            checkpoint says its PE is fixed (its recorded ``args``); None
+            to recognise one by its values (a 2-D PE can only be the
+            official ``1D_sin``); another type: a learned PE, kept.
+        key (str): The key, for messages. Defaults to ``'pos_embed'``.
+
+    Returns:
+        str | None: The ``pe_type`` of the fixed PE, or None for a learned
+        one.
+
+    Raises:
+        ValueError: A PE that must be fixed but is not mmlape's table; the
+            message names the largest difference and where it is.
+    """
+    if pe_type is not None and pe_type not in ('sincos1d', 'sincos2d'):
+        return None
+    table = value.detach().float()
+    table = table[None] if table.dim() == 2 else table
+    if table.dim() != 3 or table.shape[0] != 1:
+        if pe_type is None:
+            return None
+        raise ValueError(f'{key} of shape {tuple(value.shape)} cannot be '
+                         f'the fixed PE (pe_type={pe_type!r})')
+    rows, dims = table.shape[1:]
+    candidates = [pe_type] if pe_type else (
+        ['sincos1d'] if value.dim() == 2 else ['sincos1d', 'sincos2d'])
+    tol = _tolerance(rows)
+    worst = None
+    for kind in candidates:
+        expected = _fixed_pe(kind, rows, dims)
+        if expected is None:
+            continue
+        diff = (table - expected).abs()
+        if float(diff.max()) <= tol:
+            return kind
+        row, channel = divmod(int(diff.flatten().argmax()), dims)
+        if worst is None or float(diff.max()) < worst[1]:
+            worst = (kind, float(diff.max()), row, channel)
+    if pe_type is None and value.dim() == 3:
+        return None  # a learned PE
+    if worst is None:
+        need = ('an even width' if candidates[0] == 'sincos1d' else
+                'a width divisible by 4 and a square grid')
+        raise ValueError(
+            f'{key} of shape {tuple(value.shape)} has no fixed sin-cos '
+            f'counterpart in mmlape (pe_type={candidates[0]!r} needs '
+            f'{need})')
+    kind, largest, row, channel = worst
+    raise ValueError(
+        f'{key} is not the fixed PE mmlape builds for pe_type={kind!r}: '
+        f'the largest difference is {largest:.3g} (row {row}, channel '
+        f'{channel}; tolerance {tol:.1e}), so dropping it would change the '
+        f'model')
+
+
+# ----------------------------------------------------------------------
+# a config against the run
+def _join_of(backbone: Mapping) -> Dict[str, Any]:
+    cfg = backbone.get('pe_join')
+    if cfg is None:
+        cfg = dict(type='Default')
+    elif isinstance(cfg, str):
+        cfg = dict(type=cfg)
+    return dict(cfg)
+
+
+def backbone_contradictions(run: OfficialRun, backbone: Mapping) -> List[str]:
+    """How an mmlape backbone (config dict, or the options of a built
+    one) contradicts an official run: its ``pe_type``, join type and
+    ``hierarchical``.
+
+    Args:
+        run (OfficialRun): The run.
+        backbone (Mapping): ``pe_type`` (None: ``learnable``) and
+            ``pe_join`` (None: ``Default``; ``hierarchical`` missing:
+            True, LaPE's default).
+
+    Returns:
+        list[str]: One text per contradiction, e.g. ``"pe_join.type is
+        'LaPE' here, 'Default' for --pe 2D_RPE --join-type LaPE"``.
+    """
+    want = run.backbone()
+    have_join = _join_of(backbone)
+    have = dict(
+        pe_type=backbone.get('pe_type') or 'learnable',
+        join=str(have_join.get('type', 'Default')))
+    out = []
+    if have['pe_type'] != want['pe_type']:
+        out.append(f'pe_type is {have["pe_type"]!r} here')
+    if have['join'].lower() != want['pe_join']['type'].lower():
+        out.append(f'pe_join.type is {have["join"]!r} here')
+    elif 'hierarchical' in want['pe_join']:
+        hier = have_join.get('hierarchical', True)
+        if hier != want['pe_join']['hierarchical']:
+            out.append(f'pe_join.hierarchical is {hier} here')
+    return out
+
+
+def backbone_options(module: Any) -> Optional[Dict[str, Any]]:
+    """The PE options of a built backbone (``pe_type``, ``pe_join`` with
+    ``hierarchical``), in the form :func:`backbone_contradictions` takes;
+    None for a module without a PE join."""
+    join = getattr(module, 'pe_join', None)
+    if join is None or not hasattr(join, 'pe_type'):
+        return None
+    pe_join = dict(type=join.name)
+    if hasattr(join, 'hierarchical'):
+        pe_join['hierarchical'] = join.hierarchical
+    return dict(pe_type=join.pe_type, pe_join=pe_join)
+
+
+def options_text(options: Mapping) -> str:
+    """``pe_type='...', pe_join=dict(...)`` of :meth:`OfficialRun.backbone`'s
+    options."""
+    join = ', '.join(f'{k}={v!r}' for k, v in options['pe_join'].items())
+    return f'pe_type={options["pe_type"]!r}, pe_join=dict({join})'
+
+
+def contradiction_message(run: OfficialRun, wrong: List[str],
+                          where: str) -> str:
+    """One line: the run, the mmlape options it is, and what ``where``
+    (``'config'``, ``'backbone'``) has instead."""
+    return (f'the checkpoint records the official LaPE run {run.describe()},'
+            f' which is mmlape\'s {options_text(run.backbone())}, but in '
+            f'this {where} {"; ".join(wrong)}')
