@@ -129,3 +129,13 @@ def test_another_backbone_type_names_only_the_type(tmp_path):
     swin = CASES['swin-window'][0]
     assert backbone_differences(vit,
                                 swin) == [('type', "'LaPEViT'", "'LaPESwin'")]
+
+
+def test_arch_names_compare_in_any_case():
+    """The constructors read an arch name in any case (``'DeiT-Tiny'`` is
+    ``'deit-tiny'``), so the recorded-model check does too; another arch is
+    still named."""
+    recorded = dict(type='LaPEViT', arch='DeiT-Tiny', patch_size=16)
+    assert backbone_differences(recorded,
+                                dict(recorded, arch='deit-tiny')) == []
+    assert backbone_differences(recorded, dict(recorded, arch='deit-small'))

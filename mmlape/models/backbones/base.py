@@ -97,7 +97,10 @@ class LaPEBackbone(BaseModule):
         entry, an unknown name ``{'name': arch}``."""
         if isinstance(arch, dict):
             return dict(arch)
-        return dict(getattr(cls, 'arch_zoo', {}).get(arch, {'name': arch}))
+        zoo = getattr(cls, 'arch_zoo', {})
+        if isinstance(arch, str) and arch not in zoo:
+            arch = arch.lower()  # the constructors read names in any case
+        return dict(zoo.get(arch, {'name': arch}))
 
     @classmethod
     def pick_option(cls,
