@@ -147,7 +147,8 @@ HEADER = """\
 # 2 FLOPs). Parameters are counted as the papers count them: fixed weights
 # that the official code stores as frozen parameters are included
 # (Learnable Parameters leaves them out); a classifier's Model Parameters
-# adds its head, as the papers' tables do.
+# adds its head, as the papers' tables do. Default Scope: the host library
+# that builds the config (mmpretrain's model hub lists those of mmpretrain).
 # Results: the papers' PUBLISHED numbers (Published: true, Source names the
 # table), given only where a paper reports that exact config. mmlape has not
 # reproduced them and releases no weights (Weights: null).
@@ -207,6 +208,14 @@ def count(config: str,
     return params.paper, n_flops, size
 
 
+def default_scope(config: str) -> str:
+    """The host library that builds the config (its ``default_scope``):
+    ``Metadata.Default Scope``, which tells mmpretrain's model hub which
+    entries are its own (``mmlape.apis.hub``)."""
+    from mmengine.config import Config
+    return Config.fromfile(osp.join(ROOT, config)).get('default_scope')
+
+
 def head_parameters(config: str) -> Optional[int]:
     """Parameters of a classifier's head (None for other models), built
     from the config in mmpretrain's scope."""
@@ -252,6 +261,7 @@ def metafile(family: str, configs: List[str], cache: dict) -> dict:
         if head is not None:
             meta['Model Parameters'] = params.paper + head
         meta['Input Size'] = size
+        meta['Default Scope'] = default_scope(config)
         entry = {
             'Name': stem,
             'In Collection': name,
