@@ -10,9 +10,10 @@ and NMS in float32 under mixed precision, as their CUDA kernels need
 beside transformers >= 5 (:mod:`mmlape.utils.host_compat`); and lets
 configs inherit mmlape's own with ``_base_ = 'mmlape::deit/...'``; and
 makes mmpretrain's model hub (``list_models``, ``get_model``,
-``inference_model``) know mmlape's configs by name (:mod:`mmlape.apis.hub`). It
-imports no host task library (mmpretrain, mmdet, mmseg): the few parts that
-build on one import it when they are used.
+``inference_model``) know mmlape's configs by name
+(:mod:`mmlape.apis.hub`). It imports no host task library (mmpretrain,
+mmdet, mmseg): the few parts that build on one import it when they are
+used.
 """
 from mmengine.config.utils import MODULE2PACKAGE
 

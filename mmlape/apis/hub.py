@@ -20,13 +20,14 @@ config's file name)::
 
 Why ``inference_model`` said "No available inferencer for the model": it
 reads the task from the hub's record of the model (``model._metainfo``,
-set by ``get_model`` only when the model is named; a model built from a
+which ``get_model`` sets only when the model is named: a model built from a
 config file or ``Config`` has none, mmpretrain's own configs included),
 and mmlape's configs were in no hub. Registered here, every mmlape entry
 states its task: a config a paper reports carries its published results;
 one no paper reports gets a result that names only its task and dataset
-(no metrics). A model built from a config path still has no record: get it
-by name, or use ``ImageClassificationInferencer(config_path)``.
+(no metrics). ``get_model`` given the path (or the ``Config``) of one of
+mmlape's indexed configs attaches that config's record too, so
+``inference_model`` works on such a model as on a named one.
 
 Which entries: those whose ``Metadata.Default Scope`` is ``mmpretrain``
 (mmpretrain builds them; the detection and segmentation configs are mmdet's
@@ -39,18 +40,23 @@ stays mmpretrain's (its model and its released weights) and mmlape's is
 When: mmpretrain reads its own index only on the first lookup (3-4 s), and
 registering after it keeps mmpretrain's names and conflict check intact,
 so mmlape registers in the same step: ``import mmlape`` wraps
-``ModelHub._register_mmpretrain_models`` as soon as ``mmpretrain.apis.model``
-is imported (at once if it already is), without importing mmpretrain
-itself (:func:`mmlape.utils.host_compat.after_import`).
+``ModelHub._register_mmpretrain_models`` (and ``get_model``, for the
+config paths) as soon as ``mmpretrain.apis.model`` is imported (at once if
+it already is), without importing mmpretrain itself
+(:func:`mmlape.utils.host_compat.after_import`).
 """
+import copy
+import functools
+import os
 import os.path as osp
+import sys
 from typing import Dict, List, Optional
 
 from mmlape.utils.host_compat import after_import
 
 __all__ = [
     'HUB_MODULE', 'PREFIX', 'model_index_path', 'mmpretrain_entries',
-    'register_mmpretrain_models', 'install_mmpretrain_hub'
+    'register_mmpretrain_models', 'entry_of_config', 'install_mmpretrain_hub'
 ]
 
 #: The module that defines mmpretrain's ``ModelHub``.
@@ -129,17 +135,32 @@ def register_mmpretrain_models(hub,
     done = hub.__dict__.get('_mmlape_names')
     if done is not None:
         return done
-    names = {}
+    names, configs = {}, {}
     for entry in mmpretrain_entries(index):
         key = entry.name.lower()
+        configs[osp.realpath(entry.config)] = entry
         hub._models_dict[PREFIX + key] = entry
         if key not in hub._models_dict:
             hub._models_dict[key] = entry
             names[entry.name] = key
         else:
             names[entry.name] = PREFIX + key
+    hub._mmlape_configs = configs
     hub._mmlape_names = names
     return names
+
+
+def entry_of_config(hub, config) -> Optional[object]:
+    """The registered mmlape entry of a config path or ``Config`` (None for
+    any other config, or a name)."""
+    path = getattr(config, 'filename', None)
+    if path is None and isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+    if not path or not str(path).endswith('.py'):
+        return None
+    hub._register_mmpretrain_models()
+    configs = hub.__dict__.get('_mmlape_configs', {})
+    return configs.get(osp.realpath(path))
 
 
 def _wrap_hub(module) -> None:
@@ -156,6 +177,24 @@ def _wrap_hub(module) -> None:
 
     hub._register_mmpretrain_models = classmethod(_register_mmpretrain_models)
     hub._mmlape_wrapped = True
+
+    own_get_model = module.get_model
+
+    @functools.wraps(own_get_model)
+    def get_model(model, *args, **kwargs):
+        built = own_get_model(model, *args, **kwargs)
+        if getattr(built, '_metainfo', None) is None:
+            entry = entry_of_config(hub, model)
+            if entry is not None:
+                built._metainfo = copy.deepcopy(entry)
+        return built
+
+    module.get_model = get_model
+    # the packages re-export it (already bound if they are imported)
+    for name in ('mmpretrain.apis', 'mmpretrain'):
+        package = sys.modules.get(name)
+        if getattr(package, 'get_model', None) is own_get_model:
+            package.get_model = get_model
 
 
 def install_mmpretrain_hub() -> None:

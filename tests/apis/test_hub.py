@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, run
+from mmengine.config import Config
 
 from mmlape.apis import hub
 
@@ -87,6 +88,13 @@ def test_mmpretrain_apis_by_name():
     # by name, straight away
     result = inference_model(DEMO, img)
     assert result['pred_scores'].shape == (model.head.num_classes, )
+    # from the config's path or Config: the same record, so the same answer
+    path = f'{ROOT}/configs/demo/{DEMO}.py'
+    for config in (path, Config.fromfile(path)):
+        model = get_model(config)
+        assert model._metainfo.name == DEMO
+        result = inference_model(model, img)
+        assert result['pred_scores'].shape == (model.head.num_classes, )
     # the shared names: mmpretrain's model, and mmlape's under the prefix
     ours = get_model('mmlape::deit-tiny_4xb256_in1k')
     assert type(ours.backbone).__name__ == 'LaPEViT'
@@ -112,6 +120,10 @@ ORDER = textwrap.dedent('''
     assert 'resnet50_8xb32_in1k' in list_models('resnet50')
     model = get_model('deit-demo-mpvg_pos-shapes')
     assert model.backbone.pe_join.name == 'MPVG'
+    # a config path: the entry's record is attached (inference_model's task)
+    model = mmpretrain.get_model('configs/demo/deit-demo-mpvg_pos-shapes.py')
+    assert [r.task for r in model._metainfo.results] == [
+        'Image Classification']
     print('ok', first)
 ''')
 
@@ -133,6 +145,8 @@ def test_the_hub_module_imports_no_host_library():
         if line.startswith(('import ', 'from '))
     ]
     assert top == [
-        'import os.path as osp', 'from typing import Dict, List, Optional',
+        'import copy', 'import functools', 'import os',
+        'import os.path as osp', 'import sys',
+        'from typing import Dict, List, Optional',
         'from mmlape.utils.host_compat import after_import'
     ]
