@@ -6,8 +6,8 @@ Layer-wise Class-token Attention (LCA) stays. Two readings keep it:
 (a) the class token stays through the encoder and LCA pools the class
     tokens as in CeiT, PVG/MPVG applied to the PE stream with its class
     row;
-(b) no class token (PVG/MPVG as SPEC.md defines them) and LCA pools the
-    GAP token of every layer.
+(b) no class token (PVG/MPVG as docs/methods.md defines them) and LCA
+    pools the GAP token of every layer.
 
 Counted as the paper counts (every parameter plus fixed weights, a
 1000-way linear head): (a) PVG 6,361,128, MPVG 6,361,512 (6.362M);
