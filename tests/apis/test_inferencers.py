@@ -5,6 +5,7 @@ nothing downloaded) and predict on a small image."""
 import os.path as osp
 
 import numpy as np
+import pytest
 import torch
 from conftest import ROOT
 from mmengine.config import Config
@@ -12,6 +13,18 @@ from mmengine.config import Config
 import mmlape  # noqa: F401
 
 IMG = np.random.RandomState(0).randint(0, 255, (48, 64, 3), np.uint8)
+
+
+@pytest.fixture(autouse=True)
+def keep_default_scope():
+    """The inferencers make their scope the current default scope (a
+    process-wide mmengine instance); later tests get back the one they
+    had."""
+    from mmengine.registry import DefaultScope
+    saved = dict(DefaultScope._instance_dict)
+    yield
+    DefaultScope._instance_dict.clear()
+    DefaultScope._instance_dict.update(saved)
 
 
 def small_test_pipeline(config: str, scale) -> Config:

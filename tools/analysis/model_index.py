@@ -223,8 +223,10 @@ def head_parameters(config: str) -> Optional[int]:
     cfg = Config.fromfile(osp.join(ROOT, config))
     if cfg.model['type'] not in CLASSIFIERS:
         return None
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
-    head = MODELS.build(cfg.model['head'])
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        head = MODELS.build(cfg.model['head'])
     return count_parameters(head).paper
 
 
