@@ -8,9 +8,12 @@ mmengine load local checkpoints safely under torch >= 2.6
 and NMS in float32 under mixed precision, as their CUDA kernels need
 (:mod:`mmlape.models.layers.mmcv_amp`); keeps mmpretrain importable
 beside transformers >= 5 (:mod:`mmlape.utils.host_compat`); and lets
-configs inherit mmlape's own with ``_base_ = 'mmlape::deit/...'``. It
-imports no host task library (mmpretrain, mmdet, mmseg): the few parts that
-build on one import it when they are used.
+configs inherit mmlape's own with ``_base_ = 'mmlape::deit/...'``; and
+makes mmpretrain's model hub (``list_models``, ``get_model``,
+``inference_model``) know mmlape's configs by name
+(:mod:`mmlape.apis.hub`). It imports no host task library (mmpretrain,
+mmdet, mmseg): the few parts that build on one import it when they are
+used.
 """
 from mmengine.config.utils import MODULE2PACKAGE
 
@@ -29,5 +32,11 @@ from . import engine, models  # noqa: E402,F401  (registers them)
 from .models.layers.mmcv_amp import install_float32_mmcv_ops  # noqa: E402
 
 install_float32_mmcv_ops()
+
+from .apis.hub import install_mmpretrain_hub  # noqa: E402
+
+# mmpretrain's list_models/get_model/inference_model know mmlape's configs
+# by name once mmpretrain is imported (mmlape.apis.hub).
+install_mmpretrain_hub()
 
 __all__ = ['__version__', 'version_info']

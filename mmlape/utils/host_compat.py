@@ -24,7 +24,7 @@ import importlib.machinery
 import importlib.metadata as metadata
 import re
 import sys
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 #: The module of mmpretrain that computes ``WITH_MULTIMODAL``.
 DEPENDENCY_MODULE = 'mmpretrain.utils.dependency'
@@ -89,3 +89,48 @@ def keep_mmpretrain_importable() -> bool:
     elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _PatchOnImport())
     return True
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds one module as Python would and calls ``callback(module)`` right
+    after the module's code has run (the module itself is not changed)."""
+
+    def __init__(self, fullname: str, callback: Callable) -> None:
+        self.fullname = fullname
+        self.callback = callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.fullname:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run, callback = spec.loader.exec_module, self.callback
+
+        def exec_module(module):
+            run(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def after_import(fullname: str, callback: Callable) -> None:
+    """Call ``callback(module)`` once the module ``fullname`` is imported:
+    at once if it already is, else right after its code first runs. Imports
+    nothing itself.
+
+    Args:
+        fullname (str): A module's dotted name, e.g.
+            ``'mmpretrain.apis.model'``.
+        callback (callable): Called with the module.
+    """
+    loaded = sys.modules.get(fullname)
+    if loaded is not None:
+        callback(loaded)
+        return
+    for finder in sys.meta_path:
+        if (isinstance(finder, _AfterImport) and finder.fullname == fullname
+                and finder.callback is callback):
+            return
+    sys.meta_path.insert(0, _AfterImport(fullname, callback))

@@ -51,7 +51,12 @@ def test_recipe(path):
     assert head_init.pop('bias', 0.) == 0.
     assert head_init == dict(type='TruncNormal', layer='Linear', std=.02)
     gap = '-pvg' in name or '-mpvg' in name
-    if gap and '/cct/' not in path:
+    if gap and '/ceit/' in path:
+        # the MPVG paper's CeiT-Ti PVG/MPVG: LCA kept, over the GAP token
+        # of every layer (configs/ceit/README.md)
+        assert not bb.with_cls_token and 'out_type' not in bb
+        assert bb.pooling == dict(type='LCA', layer_token='gap')
+    elif gap and '/cct/' not in path:
         assert not bb.with_cls_token and bb.out_type == 'avg_featmap'
     if '_in1k.py' in name:  # ImageNet
         assert cfg.train_dataloader.dataset.type == 'ImageNet'

@@ -139,3 +139,24 @@ def test_complexity_table(capsys):
     }
     flops = [float(ln.split('|')[5]) for ln in lines]
     assert all(f > 0 for f in flops)
+
+
+def test_complexity_counts_as_the_papers_count(capsys):
+    """T2T-ViT-7's fixed sinusoid and Performer features are counted, as
+    the official code's frozen parameters are (4,310,222 with the 1000-way
+    head, MPVG's Table 1: 4.310M); the table shows both parts."""
+    count, flops = complexity.measure_counts(
+        'LaPEViT', dict(arch='t2t-vit-7'), 224, flops=False)
+    assert flops is None
+    assert count.learnable == 3_998_694
+    assert count.fixed == 197 * 256 + 2 * 32 * 64
+    assert count.paper + 256 * 1000 + 1000 == 4_310_222
+    assert complexity.measure(
+        'LaPEViT', dict(arch='t2t-vit-7'), 224,
+        flops=False) == (count.paper, None)
+    assert complexity.main(['--archs', 'test-tiny']) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split('|')[7:9] == [' learnable (M) ', ' fixed ']
+    row = next(ln for ln in lines if ln.startswith('| test-tiny | LaPE |'))
+    cells = row.split('|')
+    assert cells[4] == cells[7] and cells[8].strip() == '0'  # learnable PE

@@ -1,12 +1,18 @@
 """Parameters and FLOPs of every PE join for every architecture, as markdown.
 
-Backbones only (heads and necks depend on the task), one image:
+Parameters are counted as the papers count them
+(:func:`mmlape.analysis.count_parameters`): every parameter plus the fixed
+weights the official code stores as frozen parameters (T2T-ViT's sinusoid
+and Performer features, fixed sin-cos PEs), which mmlape keeps as buffers;
+the last two columns split the count into learnable parameters and fixed
+weights. Backbones only (heads and necks depend on the task), one image:
 DeiT-Ti/S/B, T2T-ViT-7 and CeiT-Ti at 224x224, ViT-Lite-7/4 and CCT-7/3x1
 at 32x32, ViT-Adapter-Ti/S/B at 512x512, Segmenter's ViT-Ti at 512x512.
 The joins are those registered (``mmlape.registry.PE_JOINS``) that fit the
 backbone; the dense backbones and Swin take the joins that have configs.
-A join without a class token (PVG/MPVG) pools by GAP (CeiT-Ti instead of
-LCA); CCT keeps its sequence pooling; ViT-Adapter with MPVG has its final
+A join without a class token (PVG/MPVG) pools by GAP (CeiT-Ti: LCA over
+the GAP token of every layer, as the MPVG paper counts it); CCT keeps its
+sequence pooling; ViT-Adapter with MPVG has its final
 norm on, as its configs. FLOPs are counted by
 ``torch.utils.flop_counter`` (a multiply-add is 2 FLOPs); the bilinear
 sampling inside ViT-Adapter's deformable attention (mmcv's CPU path) is not
@@ -76,8 +82,16 @@ ARCHS = {
         gap=DENSE_GAP),
     't2t-vit-7':
     Arch('LaPEViT', dict(arch='t2t-vit-7'), 224),
+    # PVG/MPVG as the MPVG paper counts them: LCA over every layer's GAP
+    # token (configs/ceit/README.md)
     'ceit-tiny':
-    Arch('LaPEViT', dict(arch='ceit-tiny'), 224),
+    Arch(
+        'LaPEViT',
+        dict(arch='ceit-tiny'),
+        224,
+        gap=dict(
+            with_cls_token=False, pooling=dict(type='LCA',
+                                               layer_token='gap'))),
     'vit-lite-7/4':
     Arch('LaPEViT', dict(arch='vit-lite-7/4'), 32),
     # no class token: sequence pooling with every join
@@ -113,13 +127,16 @@ def arch_joins(arch: str) -> List[Tuple[str, dict]]:
     return out
 
 
-def measure(builder, kwargs, size, flops=True):
-    """Parameters and FLOPs (None unless ``flops``) of one backbone."""
+def measure_counts(builder, kwargs, size, flops=True):
+    """Parameters (:class:`~mmlape.analysis.ParamCount`: learnable, fixed
+    and the papers' count) and FLOPs (None unless ``flops``) of one
+    backbone."""
     from torch.utils.flop_counter import FlopCounterMode
 
     import mmlape.models as models
+    from mmlape.analysis.params import count_parameters
     model = getattr(models, builder)(**kwargs).eval()
-    params = sum(p.numel() for p in model.parameters())
+    params = count_parameters(model)
     if not flops:
         return params, None
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -127,21 +144,31 @@ def measure(builder, kwargs, size, flops=True):
     return params, counter.get_total_flops()
 
 
+def measure(builder, kwargs, size, flops=True):
+    """Parameters as the papers count them (fixed weights included) and
+    FLOPs (None unless ``flops``) of one backbone."""
+    params, n_flops = measure_counts(builder, kwargs, size, flops)
+    return params.paper, n_flops
+
+
 def table(archs):
     rows = [
         '| architecture | join | input | params (M) | GFLOPs | '
-        'params vs default |', '|---|---|---|---|---|---|'
+        'params vs default | learnable (M) | fixed |',
+        '|---|---|---|---|---|---|---|---|'
     ]
     for arch in archs:
         builder, base, size = ARCHS[arch][:3]
         ref = None
         for join, extra in arch_joins(arch):
             kwargs = dict(base, pe_join=join, **extra)
-            params, flops = measure(builder, kwargs, size)
+            count, flops = measure_counts(builder, kwargs, size)
+            params = count.paper
             ref = params if ref is None else ref
             rows.append(f'| {arch} | {join} | {size}x{size} | '
                         f'{params / 1e6:.3f} | {flops / 1e9:.3f} | '
-                        f'{params - ref:+,d} |')
+                        f'{params - ref:+,d} | '
+                        f'{count.learnable / 1e6:.3f} | {count.fixed:,d} |')
     return '\n'.join(rows)
 
 

@@ -5,12 +5,20 @@ without ``.py``) in ``configs/<family>/metafile.yml``, and the root
 ``model-index.yml`` imports every metafile (the OpenMMLab model-index
 format, as read by mim and the OpenMMLab model zoos).
 
-Parameters and FLOPs are those of the config's BACKBONE (heads and necks
-depend on the task), counted by ``tools/analysis/complexity.py``'s
-``measure``: one image, at the backbone's ``img_size`` for classification
-and at 512x512 for the dense tasks (detection and segmentation), the same
-sizes as complexity.py's table. The bilinear sampling inside ViT-Adapter's
-deformable attention is not counted (see complexity.py).
+Parameters are counted as the papers count them: every parameter plus the
+fixed weights the official code stores as frozen parameters
+(:func:`mmlape.analysis.count_parameters`; T2T-ViT-7's sinusoid and
+Performer features). ``Parameters`` and ``FLOPs`` are those of the
+config's BACKBONE (heads and necks depend on the task);
+``Learnable Parameters`` is the backbone's ``model.parameters()`` alone;
+a classifier's ``Model Parameters`` adds its head, the number the papers'
+tables print (T2T-ViT-7: 4,310,222; CeiT-Ti PVG: 6,360,744, 6.361M).
+All are counted by ``tools/analysis/complexity.py``'s
+``measure_counts``: one image, at the backbone's ``img_size`` for
+classification and at 512x512 for the dense tasks (detection and
+segmentation), the same sizes as complexity.py's table. The bilinear
+sampling inside ViT-Adapter's deformable attention is not counted (see
+complexity.py).
 
 Results are the papers' PUBLISHED numbers, given only where a paper reports
 a number for exactly that config; each result carries ``Published: true``
@@ -36,8 +44,10 @@ import yaml
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from mmlape.analysis.params import ParamCount  # noqa: E402
+from mmlape.analysis.params import count_parameters
 from mmlape.models.layers import pe_join_classes  # noqa: E402
-from tools.analysis.complexity import measure  # noqa: E402
+from tools.analysis.complexity import measure_counts  # noqa: E402
 
 #: Input side for the dense tasks (detection, segmentation).
 DENSE_SIZE = 512
@@ -134,7 +144,11 @@ HEADER = """\
 # Parameters and FLOPs: the config's backbone only (no neck or head), one
 # image at Metadata.Input Size, FLOPs as counted by
 # tools/analysis/complexity.py (torch.utils.flop_counter, a multiply-add is
-# 2 FLOPs).
+# 2 FLOPs). Parameters are counted as the papers count them: fixed weights
+# that the official code stores as frozen parameters are included
+# (Learnable Parameters leaves them out); a classifier's Model Parameters
+# adds its head, as the papers' tables do. Default Scope: the host library
+# that builds the config (mmpretrain's model hub lists those of mmpretrain).
 # Results: the papers' PUBLISHED numbers (Published: true, Source names the
 # table), given only where a paper reports that exact config. mmlape has not
 # reproduced them and releases no weights (Weights: null).
@@ -164,10 +178,12 @@ def backbone_spec(config: str) -> Tuple[str, dict, int]:
     return builder, backbone, size
 
 
-def count(config: str,
-          flops: bool = True,
-          cache: Optional[dict] = None) -> Tuple[int, Optional[int], int]:
-    """Backbone parameters, FLOPs (None unless ``flops``) and input side.
+def count_all(
+        config: str,
+        flops: bool = True,
+        cache: Optional[dict] = None) -> Tuple[ParamCount, Optional[int], int]:
+    """Backbone parameters (:class:`~mmlape.analysis.ParamCount`), FLOPs
+    (None unless ``flops``) and input side.
 
     Configs with the same backbone and input side share one count (through
     ``cache``).
@@ -176,11 +192,42 @@ def count(config: str,
     key = (builder, repr(sorted(kwargs.items())), size, flops)
     if cache is not None and key in cache:
         return cache[key]
-    params, n_flops = measure(builder, kwargs, size, flops=flops)
+    params, n_flops = measure_counts(builder, kwargs, size, flops=flops)
     result = (params, n_flops, size)
     if cache is not None:
         cache[key] = result
     return result
+
+
+def count(config: str,
+          flops: bool = True,
+          cache: Optional[dict] = None) -> Tuple[int, Optional[int], int]:
+    """Backbone parameters as the papers count them, FLOPs (None unless
+    ``flops``) and input side (see :func:`count_all`)."""
+    params, n_flops, size = count_all(config, flops, cache)
+    return params.paper, n_flops, size
+
+
+def default_scope(config: str) -> str:
+    """The host library that builds the config (its ``default_scope``):
+    ``Metadata.Default Scope``, which tells mmpretrain's model hub which
+    entries are its own (``mmlape.apis.hub``)."""
+    from mmengine.config import Config
+    return Config.fromfile(osp.join(ROOT, config)).get('default_scope')
+
+
+def head_parameters(config: str) -> Optional[int]:
+    """Parameters of a classifier's head (None for other models), built
+    from the config in mmpretrain's scope."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    if cfg.model['type'] not in CLASSIFIERS:
+        return None
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        head = MODELS.build(cfg.model['head'])
+    return count_parameters(head).paper
 
 
 def method_joins() -> List[str]:
@@ -206,16 +253,22 @@ def metafile(family: str, configs: List[str], cache: dict) -> dict:
     models = []
     for config in configs:
         stem = osp.splitext(osp.basename(config))[0]
-        params, flops, size = count(config, cache=cache)
+        params, flops, size = count_all(config, cache=cache)
+        meta = {
+            'FLOPs': flops,
+            'Parameters': params.paper,
+            'Learnable Parameters': params.learnable
+        }
+        head = head_parameters(config)
+        if head is not None:
+            meta['Model Parameters'] = params.paper + head
+        meta['Input Size'] = size
+        meta['Default Scope'] = default_scope(config)
         entry = {
             'Name': stem,
             'In Collection': name,
             'Config': config,
-            'Metadata': {
-                'FLOPs': flops,
-                'Parameters': params,
-                'Input Size': size
-            },
+            'Metadata': meta,
         }
         if stem in PUBLISHED:
             entry['Results'] = PUBLISHED[stem]

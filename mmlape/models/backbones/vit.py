@@ -437,8 +437,10 @@ class LaPEViT(LaPEBackbone):
         per interaction.
 
         Args:
-            cls_tokens (list, optional): When given, each block's output
-                class token ``(B, C)`` is appended to it (for CeiT's LCA).
+            cls_tokens (list, optional): When given, the token of each
+                block's output that the pooling pools (``(B, C)``, the
+                class token or the GAP token) is appended to it (for
+                CeiT's LCA).
         """
         for i in range(start, end):
             if plan.residual[i] is not None:
@@ -450,7 +452,8 @@ class LaPEViT(LaPEBackbone):
             else:
                 x = blk(*args)
             if cls_tokens is not None:
-                cls_tokens.append(x[:, 0])
+                cls_tokens.append(
+                    self.pool.layer_token(x, self.num_extra_tokens))
         return x
 
     def final(self, x: Tensor, plan: PEPlan) -> Tensor:
@@ -468,9 +471,13 @@ class LaPEViT(LaPEBackbone):
                        cls_tokens: Optional[List[Tensor]] = None) -> Tensor:
         pool = self.pool
         if pool is not None and pool.layer_cls_tokens:
-            # LCA: the class tokens of all layers; the final norm after it.
+            # LCA: one token of every layer; the final norm after it, and
+            # MPVG's last PE term as GAP would add it (its token mean).
             y = pool(torch.stack(cls_tokens, dim=1), self.num_extra_tokens)
-            return self.norm(y) if self.final_norm else y
+            if not self.final_norm:
+                return y
+            y = self.norm(y)
+            return y if plan.final is None else y + plan.final_mean
         if last and self.final_norm:
             if pool is not None and pool.gap and plan.final is not None:
                 # GAP of (LN(x) + f) is GAP(LN(x)) + mean(f): add the

@@ -381,7 +381,7 @@ def pooling_cfg(out_type: str, pooling: Union[None, str, Dict],
         return None
     cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
     cls = part_class(POOLINGS, 'pooling', cfg)
-    if cls.needs_cls_token and cls is not ClsTokenPool:
+    if cls.cls_token_needed(cfg) and cls is not ClsTokenPool:
         # (ClsToken's refusal is the join's own message.)
         if not _join_allows_cls_token(pe_join):
             join = pe_join if isinstance(pe_join,

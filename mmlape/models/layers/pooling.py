@@ -11,7 +11,9 @@ References:
     coeusguo/ceit): one more encoder layer over the class tokens of all
     layers (plus a learnable per-layer embedding, zero at the start) in
     which only the last layer's class token queries; the final norm comes
-    after it.
+    after it. ``layer_token='gap'`` feeds it each layer's GAP token
+    instead, the CeiT-Ti PVG/MPVG that the MPVG paper counts (6.361M
+    parameters in its Table 1; docs/recipes.md, "CeiT-Ti").
 
 A pooling is called by the backbone with the tokens ``(B, N, C)`` and the
 number of extra (class) tokens at their front. The class attributes tell the
@@ -36,10 +38,12 @@ class BasePooling(nn.Module):
     """What a pooling needs from the backbone.
 
     Attributes:
-        needs_cls_token (bool): Works only with a class token.
-        layer_cls_tokens (bool): Pools the class token of every layer
-            (before any norm) instead of the last layer's tokens; the final
-            norm then applies to its output.
+        needs_cls_token (bool): Works only with a class token (a pooling
+            whose options decide it overrides :meth:`cls_token_needed`).
+        layer_cls_tokens (bool): Pools one token of every layer (before any
+            norm; :meth:`layer_token` picks it, the class token unless the
+            pooling says otherwise) instead of the last layer's tokens; the
+            final norm then applies to its output.
         last_layer_only (bool): Only meaningful on the last layer (learned
             from the final features), so ``out_indices`` must be ``-1``.
         gap (bool): Global average of the patch tokens: an MPVG final term
@@ -52,6 +56,16 @@ class BasePooling(nn.Module):
     last_layer_only = False
     gap = False
     without_cls_token = ''
+
+    @classmethod
+    def cls_token_needed(cls, cfg: Dict) -> bool:
+        """Whether the pooling built from ``cfg`` needs a class token."""
+        return cls.needs_cls_token
+
+    def layer_token(self, x: Tensor, num_extra_tokens: int) -> Tensor:
+        """The token of one layer's output ``(B, N, C)`` that a
+        ``layer_cls_tokens`` pooling pools: the class token."""
+        return x[:, 0]
 
     def forward(self, x: Tensor, num_extra_tokens: int) -> Tensor:
         raise NotImplementedError
@@ -153,19 +167,29 @@ class LCAAttention(nn.Module):
 class LCAPool(BasePooling):
     """CeiT's Layer-wise Class-token Attention.
 
-    With ``t = [c_1 .. c_L] + E`` (the class token after each layer plus
+    With ``t = [c_1 .. c_L] + E`` (one token of each layer's output plus
     ``pos_layer_embed`` ``E``, zero at the start)::
 
         z = t_L + proj(attention(q = norm1(t)_L, k = v = norm1(t)))
         out = z + mlp(norm2(z))
 
-    The backbone's final norm then applies to ``out``.
+    The backbone's final norm then applies to ``out`` (and MPVG's last PE
+    term, as the token mean ``mean(LN'_last(pos_0))`` that GAP would add).
+
+    ``c_l`` is layer ``l``'s class token (CeiT, ``layer_token='cls'``) or
+    the mean of its patch tokens (``layer_token='gap'``): the CeiT-Ti
+    PVG/MPVG of the MPVG paper, which have no class token and keep LCA
+    (its Table 1 counts 6.361M parameters for both; only this reading
+    gives that count, docs/recipes.md, "CeiT-Ti").
 
     Args:
         embed_dims (int): Channels ``C``.
         num_layers (int): Encoder layers ``L`` (rows of ``E``).
         num_heads (int): Heads.
         feedforward_channels (int): Hidden channels of the MLP.
+        layer_token (str): ``'cls'`` (each layer's class token) or
+            ``'gap'`` (each layer's mean patch token; no class token
+            needed). Defaults to ``'cls'``.
         qkv_bias (bool): Defaults to True.
         drop_rate (float): Dropout after ``proj`` and in the MLP.
             Defaults to 0.
@@ -177,27 +201,40 @@ class LCAPool(BasePooling):
         ...               feedforward_channels=128)
         >>> lca(torch.randn(2, 4, 64), 0).shape
         torch.Size([2, 64])
+        >>> gap = LCAPool(64, 4, 2, 128, layer_token='gap')
+        >>> gap.layer_token(torch.randn(2, 16, 64), 0).shape
+        torch.Size([2, 64])
     """
     needs_cls_token = True
     layer_cls_tokens = True
     last_layer_only = True
+    LAYER_TOKENS = ('cls', 'gap')
     without_cls_token = (
         "CeiT's Layer-wise Class-token Attention pools the class token of "
-        'every layer, and PVG/MPVG have no class token. mmlape resolves it '
-        'as PVG/MPVG replace the class token: GAP instead of LCA, '
-        "with_cls_token=False, out_type='avg_featmap' (the configs/ceit "
-        '-pvg/-mpvg configs; docs/recipes.md, "CeiT-Ti")')
+        'every layer, and PVG/MPVG have no class token. The MPVG paper '
+        'counts LCA in its CeiT-Ti PVG/MPVG (6.361M, Table 1); mmlape '
+        'feeds LCA the GAP token of every layer, the reading that gives '
+        "that count: pooling=dict(type='LCA', layer_token='gap') with "
+        'with_cls_token=False (the configs/ceit -pvg/-mpvg configs). GAP '
+        "instead of LCA (with_cls_token=False, out_type='avg_featmap') "
+        'drops LCA\'s parameters (docs/recipes.md, "CeiT-Ti")')
 
     def __init__(self,
                  embed_dims: int,
                  num_layers: int,
                  num_heads: int,
                  feedforward_channels: int,
+                 layer_token: str = 'cls',
                  qkv_bias: bool = True,
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
                  norm_cfg: Optional[Dict] = None) -> None:
         super().__init__()
+        if layer_token not in self.LAYER_TOKENS:
+            raise ValueError(f'Unknown pooling.layer_token={layer_token!r}; '
+                             f'choose one of {list(self.LAYER_TOKENS)}')
+        self.layer_token_type = layer_token
+        self.needs_cls_token = layer_token == 'cls'
         norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
         self.pos_layer_embed = nn.Parameter(
             torch.zeros(1, num_layers, embed_dims))
@@ -211,17 +248,31 @@ class LCAPool(BasePooling):
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.mlp = Mlp(embed_dims, feedforward_channels, drop_rate)
 
+    @classmethod
+    def cls_token_needed(cls, cfg: Dict) -> bool:
+        return cfg.get('layer_token', 'cls') == 'cls'
+
+    def layer_token(self, x: Tensor, num_extra_tokens: int) -> Tensor:
+        if self.layer_token_type == 'gap':
+            return x[:, num_extra_tokens:].mean(dim=1)
+        if not num_extra_tokens:
+            raise ValueError("pooling.layer_token='cls' needs a class token")
+        return x[:, 0]
+
     def init_part_weights(self) -> None:
         nn.init.zeros_(self.pos_layer_embed)
 
     def forward(self, x: Tensor, num_extra_tokens: int = 0) -> Tensor:
         """Args:
-            x (Tensor): The class token of every layer, ``(B, L, C)``.
+            x (Tensor): One token of every layer, ``(B, L, C)``.
         """
         if x.shape[1] != self.pos_layer_embed.shape[1]:
             raise ValueError(f'LCA pools {self.pos_layer_embed.shape[1]} '
-                             f'class tokens, got {x.shape[1]}')
+                             f'layer tokens, got {x.shape[1]}')
         t = x + self.pos_layer_embed
         z = t[:, -1:] + self.attn(self.norm1(t))
         z = z + self.mlp(self.norm2(z))
         return z[:, 0]
+
+    def extra_repr(self) -> str:
+        return f'layer_token={self.layer_token_type!r}'

@@ -1,0 +1,164 @@
+"""mmpretrain's model APIs know mmlape's configs (issue 21, req. 5):
+``list_models``, ``get_model`` and ``inference_model`` by name, in either
+import order, without ``import mmlape`` importing mmpretrain."""
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import ROOT, run
+from mmengine.config import Config
+
+from mmlape.apis import hub
+
+DEMO = 'deit-demo-lape_pos-shapes'  # 32x32, 4 classes: fast to build
+#: mmlape names that are also mmpretrain's own models.
+SHARED = ('deit-tiny_4xb256_in1k', 'deit-small_4xb256_in1k',
+          'swin-tiny_16xb64_in1k')
+
+
+def index_entries():
+    with open(f'{ROOT}/model-index.yml') as f:
+        imports = yaml.safe_load(f)['Import']
+    out = []
+    for path in imports:
+        with open(f'{ROOT}/{path}') as f:
+            out.extend(yaml.safe_load(f)['Models'])
+    return out
+
+
+class FakeHub:
+    """What registration uses of mmpretrain's ModelHub: its models."""
+    _models_dict = {name: f'mmpretrain {name}' for name in SHARED}
+
+
+@pytest.fixture(autouse=True)
+def keep_default_scope():
+    """The inferencers make their scope the current default scope (a
+    process-wide mmengine instance); later tests get back the one they
+    had."""
+    from mmengine.registry import DefaultScope
+    saved = dict(DefaultScope._instance_dict)
+    yield
+    DefaultScope._instance_dict.clear()
+    DefaultScope._instance_dict.update(saved)
+
+
+def test_registration_keeps_mmpretrain_names_and_states_tasks():
+    names = hub.register_mmpretrain_models(FakeHub)
+    entries = index_entries()
+    classifiers = {
+        m['Name']
+        for m in entries if m['Metadata']['Default Scope'] == 'mmpretrain'
+    }
+    dense = {m['Name'] for m in entries} - classifiers
+    assert dense and all(
+        n.startswith(('mask-rcnn', 'upernet', 'segmenter')) for n in dense)
+    assert set(names) == classifiers
+    for name in SHARED:  # the plain name stays mmpretrain's
+        assert FakeHub._models_dict[name] == f'mmpretrain {name}'
+        assert names[name] == f'mmlape::{name}'
+    lape = FakeHub._models_dict['deit-tiny-lape_4xb256_in1k']
+    assert FakeHub._models_dict['mmlape::deit-tiny-lape_4xb256_in1k'] is lape
+    assert lape.config.endswith('configs/deit/deit-tiny-lape_4xb256_in1k.py')
+    assert lape.config.startswith('/')
+    # a published config keeps its results; one no paper reports states its
+    # task (what inference_model reads) and no metrics
+    assert lape.results[0].metrics == {'Top 1 Accuracy': 72.94}
+    demo = FakeHub._models_dict[DEMO]
+    assert [r.task for r in demo.results] == ['Image Classification']
+    assert demo.results[0].metrics == {}
+    for name in dense:
+        assert name not in FakeHub._models_dict
+        assert f'mmlape::{name}' not in FakeHub._models_dict
+    # idempotent
+    before = dict(FakeHub._models_dict)
+    assert hub.register_mmpretrain_models(FakeHub) is names
+    assert FakeHub._models_dict == before
+
+
+def test_mmpretrain_apis_by_name():
+    from mmpretrain import get_model, inference_model, list_models
+
+    import mmlape  # noqa: F401
+    assert DEMO in list_models('deit-demo')
+    assert 'deit-tiny-mpvg_4xb256_in1k' in list_models(
+        'deit-tiny', task='Image Classification')
+    assert 'mmlape::deit-tiny_4xb256_in1k' in list_models('mmlape::deit')
+    assert not list_models('mask-rcnn_vit-adapter')  # mmdet's
+    torch.manual_seed(0)
+    model = get_model(DEMO)
+    assert type(model.backbone).__name__ == 'LaPEViT'
+    assert model.backbone.pe_join.name == 'LaPE'
+    assert model._metainfo.name == DEMO
+    img = np.random.RandomState(0).randint(0, 255, (32, 32, 3), np.uint8)
+    result = inference_model(model, img)
+    assert result['pred_scores'].shape == (model.head.num_classes, )
+    assert 0 <= result['pred_label'] < model.head.num_classes
+    # by name, straight away
+    result = inference_model(DEMO, img)
+    assert result['pred_scores'].shape == (model.head.num_classes, )
+    # from the config's path or Config: the same record, so the same answer
+    path = f'{ROOT}/configs/demo/{DEMO}.py'
+    for config in (path, Config.fromfile(path)):
+        model = get_model(config)
+        assert model._metainfo.name == DEMO
+        result = inference_model(model, img)
+        assert result['pred_scores'].shape == (model.head.num_classes, )
+    # the shared names: mmpretrain's model, and mmlape's under the prefix
+    ours = get_model('mmlape::deit-tiny_4xb256_in1k')
+    assert type(ours.backbone).__name__ == 'LaPEViT'
+    theirs = get_model('deit-tiny_4xb256_in1k')
+    assert type(theirs.backbone).__name__ == 'VisionTransformer'
+
+
+ORDER = textwrap.dedent('''
+    import sys
+    first = sys.argv[1]
+    if first == 'mmlape':
+        import mmlape
+        assert 'mmpretrain' not in sys.modules, 'mmlape imported mmpretrain'
+        import mmpretrain
+    else:
+        import mmpretrain
+        # mmpretrain's own index read before mmlape is imported
+        assert 'resnet50_8xb32_in1k' in mmpretrain.list_models('resnet50')
+        import mmlape
+    from mmpretrain import get_model, list_models
+    names = list_models('deit-tiny')
+    assert 'deit-tiny-lape_4xb256_in1k' in names, names
+    assert 'resnet50_8xb32_in1k' in list_models('resnet50')
+    model = get_model('deit-demo-mpvg_pos-shapes')
+    assert model.backbone.pe_join.name == 'MPVG'
+    # a config path: the entry's record is attached (inference_model's task)
+    model = mmpretrain.get_model('configs/demo/deit-demo-mpvg_pos-shapes.py')
+    assert [r.task for r in model._metainfo.results] == [
+        'Image Classification']
+    print('ok', first)
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('first', ['mmlape', 'mmpretrain'])
+def test_either_import_order(first):
+    out = run([sys.executable, '-c', ORDER, first], threads=2)
+    assert out.stdout.strip().endswith(f'ok {first}'), out.stdout[-2000:]
+
+
+def test_the_hub_module_imports_no_host_library():
+    """``import mmlape`` only arranges the registration (the subprocess
+    tests above check ``sys.modules``); the module's own imports are
+    mmlape's and the standard library's."""
+    src = open(hub.__file__).read()
+    top = [
+        line for line in src.splitlines()
+        if line.startswith(('import ', 'from '))
+    ]
+    assert top == [
+        'import copy', 'import functools', 'import os',
+        'import os.path as osp', 'import sys',
+        'from typing import Dict, List, Optional',
+        'from mmlape.utils.host_compat import after_import'
+    ]
