@@ -136,6 +136,6 @@ def test_arch_names_compare_in_any_case():
     ``'deit-tiny'``), so the recorded-model check does too; another arch is
     still named."""
     recorded = dict(type='LaPEViT', arch='DeiT-Tiny', patch_size=16)
-    assert backbone_differences(recorded,
-                                dict(recorded, arch='deit-tiny')) == []
+    assert backbone_differences(recorded, dict(recorded,
+                                               arch='deit-tiny')) == []
     assert backbone_differences(recorded, dict(recorded, arch='deit-small'))

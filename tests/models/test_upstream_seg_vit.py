@@ -404,23 +404,6 @@ def test_upernet_vit_config_swapped_builds_and_matches():
             atol=1e-5)
 
 
-@pytest.mark.filterwarnings('ignore:pretrained is deprecated')
-def test_readme_example_inherits_the_host_config(tmp_path):
-    """The README's mmseg example: the host config by ``_base_``, only the
-    type swapped and a join added."""
-    from mmengine.config import Config
-    path = tmp_path / 'segmenter-lape.py'
-    path.write_text("_base_ = 'mmseg::segmenter/"
-                    "segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py'\n"
-                    "custom_imports = dict(imports=['mmlape'])\n"
-                    "model = dict(backbone=dict(type='LaPESegViT', "
-                    "pe_join=dict(type='LaPE')))\n")
-    model = _build(Config.fromfile(str(path)).model)
-    assert type(model.backbone).__name__ == 'LaPESegViT'
-    assert model.backbone.pe_join.name == 'LaPE'
-    assert model.backbone.embed_dims == 192 and model.backbone.final_norm
-
-
 def test_a_thin_translator_of_lapevit():
     """LaPESegViT adds no block loop, plan or checkpoint code of its own:
     LaPEViT's blocks and forward, the base's checkpoint hooks."""

@@ -467,18 +467,3 @@ def test_vit_base_config_swapped_builds_and_matches():
             ref(img, mode='tensor'),
             rtol=1e-4,
             atol=1e-5)
-
-
-def test_readme_example_inherits_the_host_config(tmp_path):
-    """The README's mmpretrain example: the host config by ``_base_``, only
-    the type swapped and a join added."""
-    from mmengine.config import Config
-    path = tmp_path / 'deit-tiny-lape.py'
-    path.write_text("_base_ = 'mmpretrain::deit/deit-tiny_4xb256_in1k.py'\n"
-                    "custom_imports = dict(imports=['mmlape'])\n"
-                    "model = dict(backbone=dict(type='LaPEViT', "
-                    "pe_join=dict(type='LaPE')))\n")
-    model = _build(Config.fromfile(str(path)).model)
-    assert type(model.backbone).__name__ == 'LaPEViT'
-    assert model.backbone.pe_join.name == 'LaPE'
-    assert model.backbone.embed_dims == 192
