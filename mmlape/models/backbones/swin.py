@@ -21,7 +21,6 @@ block, :class:`~mmlape.models.layers.block.SwinBlock`, lives with the ViT's
 block and takes the same PE bundle).
 """
 import math
-from copy import deepcopy
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -39,6 +38,8 @@ from ..layers.pe_join import build_pe_join
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import resize_pos_embed
 from .base import LaPEBackbone, parse_out_indices
+from .swin_arch import (SWIN_ARCH_ZOO, check_patch_cfg, common_window,
+                        image_size, parse_swin_arch, stage_settings)
 
 __all__ = ['LaPESwin', 'PatchMerging']
 
@@ -123,39 +124,6 @@ class SwinPatchEmbed(nn.Module):
         x = self.proj(x)
         hw = (x.shape[2], x.shape[3])
         return self.norm(x.flatten(2).transpose(1, 2)), hw
-
-
-#: What mmpretrain's ``stage_cfgs`` may set, per stage and per block, in
-#: mmlape's Swin (the rest of mmcv's brick options has no counterpart here).
-STAGE_CFG_KEYS = ('block_cfgs', 'downsample_cfg', 'window_size')
-BLOCK_CFG_KEYS = ('window_size', 'ffn_ratio', 'norm_cfg', 'shift', 'drop_path',
-                  'pad_small_map', 'with_cp', 'attn_cfgs', 'ffn_cfgs')
-DOWNSAMPLE_CFG_KEYS = ('norm_cfg', 'in_channels', 'out_channels')
-PATCH_CFG_KEYS = ('norm_cfg', 'kernel_size', 'stride', 'in_channels',
-                  'input_size', 'embed_dims', 'conv_type')
-
-
-def _check_keys(cfg: Dict, allowed: Sequence[str], where: str) -> Dict:
-    """``cfg`` as a dict, refusing keys mmlape's Swin does not take."""
-    if not isinstance(cfg, dict):
-        raise ValueError(f'{where} must be a dict, got {cfg!r}')
-    unknown = sorted(set(cfg) - set(allowed))
-    if unknown:
-        raise ValueError(f'{where} sets {unknown}, which mmlape\'s Swin does '
-                         f'not take; it takes {sorted(allowed)}')
-    return dict(cfg)
-
-
-def _per_item(cfgs: Union[Dict, Sequence[Dict]], count: int,
-              where: str) -> List[Dict]:
-    """One config per stage/block: a dict for all, or a sequence of
-    ``count`` (mmpretrain's ``stage_cfgs``/``block_cfgs``)."""
-    if isinstance(cfgs, dict):
-        return [deepcopy(cfgs) for _ in range(count)]
-    cfgs = list(cfgs)
-    if len(cfgs) != count:
-        raise ValueError(f'{where} has {len(cfgs)} entries for {count}')
-    return [deepcopy(c) for c in cfgs]
 
 
 @register_model()
@@ -245,30 +213,7 @@ class LaPESwin(LaPEBackbone):
         >>> [tuple(o.shape[1:]) for o in swin(torch.randn(1, 3, 72, 64))]
         [(16, 18, 16), (32, 9, 8), (64, 5, 4), (128, 3, 2)]
     """
-    arch_zoo = {
-        **dict.fromkeys(['t', 'tiny'],
-                        dict(
-                            embed_dims=96,
-                            depths=[2, 2, 6, 2],
-                            num_heads=[3, 6, 12, 24])),
-        **dict.fromkeys(['s', 'small'],
-                        dict(
-                            embed_dims=96,
-                            depths=[2, 2, 18, 2],
-                            num_heads=[3, 6, 12, 24])),
-        **dict.fromkeys(['b', 'base'],
-                        dict(
-                            embed_dims=128,
-                            depths=[2, 2, 18, 2],
-                            num_heads=[4, 8, 16, 32])),
-        **dict.fromkeys(['l', 'large'],
-                        dict(
-                            embed_dims=192,
-                            depths=[2, 2, 18, 2],
-                            num_heads=[6, 12, 24, 48])),
-        'test-tiny':
-        dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
-    }
+    arch_zoo = SWIN_ARCH_ZOO
     #: Arguments that change the parameter layout or what the model
     #: computes (see :attr:`LaPEViT.STRUCTURAL_OPTIONS`).
     STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
@@ -307,7 +252,7 @@ class LaPESwin(LaPEBackbone):
                  cache_pe_plan: bool = True,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
-        settings = self._parse_arch(arch)
+        settings = parse_swin_arch(arch, self.arch_zoo)
         self.arch_settings = settings
         self.embed_dims = settings['embed_dims']
         self.depths = list(settings['depths'])
@@ -317,27 +262,10 @@ class LaPESwin(LaPEBackbone):
         self.stage_dims = [
             self.embed_dims * 2**s for s in range(self.num_stages)
         ]
-        patch_cfg = _check_keys(patch_cfg, PATCH_CFG_KEYS, 'patch_cfg')
-        for key in ('kernel_size', 'stride'):
-            if key in patch_cfg and patch_cfg[key] != patch_size:
-                raise ValueError(f'patch_cfg.{key}={patch_cfg[key]!r}: '
-                                 f'mmlape\'s Swin embeds non-overlapping '
-                                 f'patches of patch_size={patch_size}')
-        if patch_cfg.get('conv_type', 'Conv2d') != 'Conv2d':
-            raise ValueError(f'patch_cfg.conv_type={patch_cfg["conv_type"]!r}'
-                             f'; mmlape\'s Swin takes Conv2d')
+        patch_cfg = check_patch_cfg(patch_cfg, patch_size)
         in_channels = patch_cfg.get('in_channels', in_channels)
         img_size = patch_cfg.get('input_size', img_size)
-        for name, value in (('patch_size', patch_size), ('window_size',
-                                                         window_size)):
-            if (not isinstance(value, int) or isinstance(value, bool)
-                    or value < 1):
-                raise ValueError(f'{name}={value!r} must be a positive int')
-        size = (img_size, img_size) if isinstance(img_size, int) else tuple(
-            int(v) for v in img_size)
-        if len(size) != 2 or size[0] % patch_size or size[1] % patch_size:
-            raise ValueError(f'img_size={img_size} must be an int or a pair '
-                             f'divisible by patch_size={patch_size}')
+        size = image_size(img_size, patch_size, window_size)
         if frozen_stages < -1 or frozen_stages >= self.num_stages:
             raise ValueError(f'frozen_stages={frozen_stages} must be in '
                              f'[-1, {self.num_stages})')
@@ -351,15 +279,11 @@ class LaPESwin(LaPEBackbone):
         self.out_after_downsample = out_after_downsample
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
-        stages, blocks = self._stage_settings(stage_cfgs, window_size,
-                                              mlp_ratio, pad_small_map,
-                                              drop_path_rate)
-        windows = {b['window_size'] for b in blocks}
-        if len(windows) != 1:
-            raise ValueError(f'stage_cfgs give blocks window sizes '
-                             f'{sorted(windows)}; mmlape\'s Swin takes one '
-                             f'window size for all blocks')
-        self.window_size = windows.pop()
+        stages, blocks = stage_settings(stage_cfgs, self.depths,
+                                        self.stage_dims, window_size,
+                                        mlp_ratio, pad_small_map,
+                                        drop_path_rate, with_cp)
+        self.window_size = common_window(blocks)
 
         join_type = (
             pe_join if isinstance(pe_join, str) else
@@ -430,74 +354,6 @@ class LaPESwin(LaPEBackbone):
                 if norm_cfg is not None else nn.Identity())
         self._init_default_weights()
         self._freeze_stages()
-
-    # ------------------------------------------------------------------
-    # construction helpers
-    def _parse_arch(self, arch: Union[str, Dict]) -> Dict:
-        if isinstance(arch, str):
-            name = arch.lower()
-            if name not in self.arch_zoo:
-                raise ValueError(f'Unknown arch={arch!r}; choose one of '
-                                 f'{sorted(self.arch_zoo)} or pass a dict')
-            return deepcopy(self.arch_zoo[name])
-        keys = {'embed_dims', 'depths', 'num_heads'}
-        if (not isinstance(arch, dict) or set(arch) != keys
-                or len(arch['depths']) != len(arch['num_heads'])):
-            raise ValueError(f'A custom arch must be a dict with keys '
-                             f'{sorted(keys)} (depths and num_heads of equal '
-                             f'length), got {arch!r}')
-        return dict(arch)
-
-    def _stage_settings(self, stage_cfgs: Union[Dict, Sequence[Dict]],
-                        window_size: int, mlp_ratio: float,
-                        pad_small_map: bool,
-                        drop_path_rate: float) -> Tuple[List, List]:
-        """Per stage (the merging's norm) and per block (window, shift,
-        MLP ratio, stochastic depth, padding, norm, checkpointing)
-        settings, from the arguments and mmpretrain's ``stage_cfgs``."""
-        dpr = torch.linspace(
-            0, drop_path_rate, self.num_layers, device='cpu').tolist()
-        stages, blocks = [], []
-        for s, stage in enumerate(
-                _per_item(stage_cfgs, self.num_stages, 'stage_cfgs')):
-            stage = _check_keys(stage, STAGE_CFG_KEYS, f'stage_cfgs[{s}]')
-            down = _check_keys(
-                stage.get('downsample_cfg', {}), DOWNSAMPLE_CFG_KEYS,
-                f'stage_cfgs[{s}].downsample_cfg')
-            dims = self.stage_dims[s]
-            for key, want in (('in_channels', dims), ('out_channels',
-                                                      2 * dims)):
-                if key in down and down[key] != want:
-                    raise ValueError(
-                        f'stage_cfgs[{s}].downsample_cfg.{key}='
-                        f'{down[key]!r}; mmlape\'s Swin merges {dims} into '
-                        f'{2 * dims} channels')
-            stages.append(dict(norm_cfg=down.get('norm_cfg', dict(type='LN'))))
-            stage_window = stage.get('window_size', window_size)
-            depth = self.depths[s]
-            for j, cfg in enumerate(
-                    _per_item(
-                        stage.get('block_cfgs', {}), depth,
-                        f'stage_cfgs[{s}].block_cfgs')):
-                where = f'stage_cfgs[{s}].block_cfgs[{j}]'
-                cfg = _check_keys(cfg, BLOCK_CFG_KEYS, where)
-                for key in ('attn_cfgs', 'ffn_cfgs'):
-                    if cfg.pop(key, None):
-                        raise ValueError(
-                            f'{where}.{key} is not taken by mmlape\'s Swin '
-                            f'(its window attention and MLP are fixed)')
-                index = sum(self.depths[:s]) + j
-                blocks.append(
-                    dict(
-                        dict(
-                            window_size=stage_window,
-                            ffn_ratio=mlp_ratio,
-                            norm_cfg=dict(type='LN'),
-                            shift=j % 2 == 1,
-                            drop_path=dpr[index],
-                            pad_small_map=pad_small_map,
-                            with_cp=self.with_cp), **cfg))
-        return stages, blocks
 
     def _init_special_weights(self) -> None:
         """Swin's initialisation after the generic pass (see

@@ -30,21 +30,30 @@ code):
   LaPE`` builds that norm. (Neither release's forward runs its relative-PE
   model as published; the weights are mapped by what ``RPE_Block``
   computes.)
+
+The official code's weights in mmlape's names (its unshared PEs stacked,
+its relative-PE blocks renamed, a stored fixed PE checked and dropped, the
+weights checked against the recorded run) are here too; the ViT's path
+(:mod:`.vit`) calls them.
 """
 import math
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from ..layers.block import relative_position_index
 from ..layers.pos_embed import build_1d_sincos, build_2d_sincos
 
 __all__ = [
     'OFFICIAL_PES', 'OFFICIAL_JOINS', 'OfficialRun', 'read_official_run',
     'check_fixed_pe', 'backbone_contradictions', 'backbone_options',
-    'contradiction_message', 'options_text'
+    'contradiction_message', 'options_text', 'LAPE_REL_NORM', 'LAPE_REL_INDEX',
+    'PE_NORM_KEY', 'stack_unshared', 'convert_lape_relative', 'drop_fixed_pe',
+    'check_run_weights'
 ]
 
 #: ``--pe`` -> mmlape's ``pe_type`` (``RPE`` is the first release's name).
@@ -81,6 +90,12 @@ _RELEASE_PES = {
     'current': ('learnable', '1D_sin', '2D_sin', '2D_RPE'),
     'first': ('learnable', '1D_sin', '2D_sin', 'RPE'),
 }
+
+#: Keys of the official LaPE code's relative-PE blocks.
+LAPE_REL_NORM = re.compile(r'^blocks\.(\d+)\.attn\.pe_norm\.(weight|bias)$')
+LAPE_REL_INDEX = re.compile(r'^blocks\.(\d+)\.attn\.relative_position_index$')
+#: mmlape's PE norms of a ViT's layers (``blocks.{i}.pe_norm.*``).
+PE_NORM_KEY = re.compile(r'^blocks\.(\d+)\.pe_norm\.')
 
 # deit_{tiny,small,base}[_distilled]_patch{P}_{S}: the official models.
 _MODEL_NAME = re.compile(
@@ -305,6 +320,110 @@ def check_fixed_pe(value: Tensor,
         f'the largest difference is {largest:.3g} (row {row}, channel '
         f'{channel}; tolerance {tol:.1e}), so dropping it would change the '
         f'model')
+
+
+# ----------------------------------------------------------------------
+# the official code's weights in mmlape's names
+def stack_unshared(state_dict: Mapping) -> Dict[str, Tensor]:
+    """``pos_embed0..pos_embed{L-1}`` (the LaPE code's unshared PE) stacked
+    into one ``(L, N', C)`` ``pos_embed``."""
+    out, per_layer = OrderedDict(), {}
+    for key, value in state_dict.items():
+        m = re.match(r'^pos_embed(\d+)$', key)
+        if m:
+            per_layer[int(m.group(1))] = value
+        else:
+            out[key] = value
+    if per_layer:
+        if sorted(per_layer) != list(range(len(per_layer))):
+            raise ValueError('Unshared PEs pos_embed0..N are not contiguous:'
+                             f' {sorted(per_layer)}')
+        out['pos_embed'] = torch.cat(
+            [per_layer[i] for i in range(len(per_layer))], dim=0)
+    return out
+
+
+def convert_lape_relative(state_dict: Mapping,
+                          notes: List[str]) -> Dict[str, Tensor]:
+    """The LaPE code's relative-PE blocks in mmlape's names.
+
+    ``blocks.{i}.attn.pe_norm`` (the LayerNorm over the key axis) becomes
+    ``blocks.{i}.pe_norm``. The stored ``relative_position_index`` is checked
+    against the index mmlape computes for the table's grid and dropped
+    (mmlape computes it); a different index would pair the table's entries
+    with other offsets, so it is refused.
+    """
+    out = OrderedDict()
+    checked = 0
+    for key, value in state_dict.items():
+        m = LAPE_REL_NORM.match(key)
+        if m:
+            out[f'blocks.{m.group(1)}.pe_norm.{m.group(2)}'] = value
+            continue
+        m = LAPE_REL_INDEX.match(key)
+        if m:
+            n = value.shape[0]
+            side = math.isqrt(n)
+            if value.shape != (n, n) or side * side != n or not torch.equal(
+                    value.long(), relative_position_index((side, side))):
+                raise ValueError(
+                    f'{key} of shape {tuple(value.shape)} is not the '
+                    f'relative position index of a square patch grid as '
+                    f'mmlape computes it; the bias table would be read with '
+                    f'other offsets')
+            checked += 1
+            continue
+        out[key] = value
+    if checked:
+        notes.append(f'checked and dropped {checked} stored '
+                     f'relative_position_index buffers (mmlape computes '
+                     f'the same index)')
+    return out
+
+
+def drop_fixed_pe(sd: Dict[str, Tensor], pe_type: Optional[str],
+                  notes: List[str]) -> None:
+    """Check a stored fixed sin-cos PE against mmlape's and drop it (see
+    :func:`check_fixed_pe`): mmlape builds it as a buffer that no
+    checkpoint holds."""
+    pe = sd.get('pos_embed')
+    if pe is None:
+        return
+    kind = check_fixed_pe(pe, pe_type)
+    if kind is None:
+        return
+    del sd['pos_embed']
+    notes.append(f'pos_embed of shape {tuple(pe.shape)} is the fixed '
+                 f'{kind} PE: checked against mmlape\'s and dropped (mmlape '
+                 f'builds it; load into a model with pe_type={kind!r})')
+
+
+# ----------------------------------------------------------------------
+# the weights of a recorded run
+def check_run_weights(run: OfficialRun, options: Mapping,
+                      state_dict: Mapping) -> None:
+    """The converted weights must be the recorded run's: PE norms exactly
+    where its join has them, relative bias tables with the relative PE, a
+    stored PE with a learnable one."""
+    norms = any(PE_NORM_KEY.match(k) for k in state_dict)
+    tables = any(
+        k.endswith('attn.relative_position_bias_table') for k in state_dict)
+    lape = options['pe_join']['type'] == 'LaPE'
+    relative = options['pe_type'] == 'relative'
+    problem = None
+    if norms != lape:
+        problem = ('PE norms (blocks.{i}.pe_norm, blocks.{i}.attn.pe_norm)'
+                   if lape else 'no PE norms') + ' are expected, '
+        problem += 'none are there' if lape else 'the weights have some'
+    elif tables != relative:
+        problem = ('relative bias tables are expected, none are there'
+                   if relative else 'the weights have relative bias tables')
+    elif options['pe_type'] == 'learnable' and 'pos_embed' not in state_dict:
+        problem = 'a learnable pos_embed is expected, none is there'
+    if problem:
+        raise ValueError(f'the checkpoint records the official LaPE run '
+                         f'{run.describe()} but its weights are not that '
+                         f'model\'s: {problem}')
 
 
 # ----------------------------------------------------------------------

@@ -31,7 +31,6 @@ files :mod:`.vit_family` converts first):
 ``tools/convert/vit_to_mmlape.py`` writes the converted file
 (:func:`convert_checkpoint`).
 """
-import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,14 +40,15 @@ import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
-from ..layers.block import relative_position_index
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
                      Rules, check_pe_width, fit_patch_rows, is_square,
                      rename_keys, select_backbone, strip_prefix)
-from .official_lape import (OfficialRun, backbone_contradictions,
-                            backbone_options, check_fixed_pe,
-                            contradiction_message, options_text,
-                            read_official_run)
+from .official_lape import (LAPE_REL_INDEX, LAPE_REL_NORM, PE_NORM_KEY,
+                            OfficialRun, backbone_contradictions,
+                            backbone_options, check_run_weights,
+                            contradiction_message, convert_lape_relative,
+                            drop_fixed_pe, options_text, read_official_run,
+                            stack_unshared)
 from .vit_family import VIT_FAMILY
 
 __all__ = [
@@ -91,12 +91,8 @@ _MMSEG_RULES: Rules = [
      r'blocks.\1.attn.qkv.\2'),
     (r'^layers\.(\d+)\.attn\.attn\.out_proj\.', r'blocks.\1.attn.proj.'),
 ] + _MMPRETRAIN_RULES
-# Keys of the official LaPE code's relative-PE blocks.
-_LAPE_REL_NORM = re.compile(r'^blocks\.(\d+)\.attn\.pe_norm\.(weight|bias)$')
-_LAPE_REL_INDEX = re.compile(r'^blocks\.(\d+)\.attn\.relative_position_index$')
 # Modules only a ViT-Adapter backbone has.
 _ADAPTER_KEY = re.compile(r'^(level_embed$|spm\.|interactions\.)')
-_PE_NORM_KEY = re.compile(r'^blocks\.(\d+)\.pe_norm\.')
 
 
 @dataclass(frozen=True)
@@ -195,7 +191,7 @@ def detect_layout(state_dict: Mapping, fmt: Optional[str] = None) -> Layout:
     if fmt == 'mmpretrain':
         return Layout('mmpretrain', fmt, tokens)
     if any(
-            _LAPE_REL_NORM.match(k) or _LAPE_REL_INDEX.match(k)
+            LAPE_REL_NORM.match(k) or LAPE_REL_INDEX.match(k)
             for k in state_dict):
         return Layout('lape-relative', 'timm', tokens)
     rows = _pe_rows(state_dict)
@@ -223,80 +219,6 @@ def convert_mmseg_vit(state_dict: Mapping) -> Dict[str, Tensor]:
     """mmseg ``VisionTransformer`` backbone keys to mmlape's names (the
     fused ``in_proj`` of ``nn.MultiheadAttention`` is mmlape's ``qkv``)."""
     return rename_keys(state_dict, _MMSEG_RULES, 'an mmseg ViT')
-
-
-def _stack_unshared(state_dict: Mapping) -> Dict[str, Tensor]:
-    """``pos_embed0..pos_embed{L-1}`` (the LaPE code's unshared PE) stacked
-    into one ``(L, N', C)`` ``pos_embed``."""
-    out, per_layer = OrderedDict(), {}
-    for key, value in state_dict.items():
-        m = re.match(r'^pos_embed(\d+)$', key)
-        if m:
-            per_layer[int(m.group(1))] = value
-        else:
-            out[key] = value
-    if per_layer:
-        if sorted(per_layer) != list(range(len(per_layer))):
-            raise ValueError('Unshared PEs pos_embed0..N are not contiguous:'
-                             f' {sorted(per_layer)}')
-        out['pos_embed'] = torch.cat(
-            [per_layer[i] for i in range(len(per_layer))], dim=0)
-    return out
-
-
-def _convert_lape_relative(state_dict: Mapping,
-                           notes: List[str]) -> Dict[str, Tensor]:
-    """The LaPE code's relative-PE blocks in mmlape's names.
-
-    ``blocks.{i}.attn.pe_norm`` (the LayerNorm over the key axis) becomes
-    ``blocks.{i}.pe_norm``. The stored ``relative_position_index`` is checked
-    against the index mmlape computes for the table's grid and dropped
-    (mmlape computes it); a different index would pair the table's entries
-    with other offsets, so it is refused.
-    """
-    out = OrderedDict()
-    checked = 0
-    for key, value in state_dict.items():
-        m = _LAPE_REL_NORM.match(key)
-        if m:
-            out[f'blocks.{m.group(1)}.pe_norm.{m.group(2)}'] = value
-            continue
-        m = _LAPE_REL_INDEX.match(key)
-        if m:
-            n = value.shape[0]
-            side = math.isqrt(n)
-            if value.shape != (n, n) or side * side != n or not torch.equal(
-                    value.long(), relative_position_index((side, side))):
-                raise ValueError(
-                    f'{key} of shape {tuple(value.shape)} is not the '
-                    f'relative position index of a square patch grid as '
-                    f'mmlape computes it; the bias table would be read with '
-                    f'other offsets')
-            checked += 1
-            continue
-        out[key] = value
-    if checked:
-        notes.append(f'checked and dropped {checked} stored '
-                     f'relative_position_index buffers (mmlape computes '
-                     f'the same index)')
-    return out
-
-
-def _drop_fixed_pe(sd: Dict[str, Tensor], pe_type: Optional[str],
-                   notes: List[str]) -> None:
-    """Check a stored fixed sin-cos PE against mmlape's and drop it (see
-    :func:`~.official_lape.check_fixed_pe`): mmlape builds it as a buffer
-    that no checkpoint holds."""
-    pe = sd.get('pos_embed')
-    if pe is None:
-        return
-    kind = check_fixed_pe(pe, pe_type)
-    if kind is None:
-        return
-    del sd['pos_embed']
-    notes.append(f'pos_embed of shape {tuple(pe.shape)} is the fixed '
-                 f'{kind} PE: checked against mmlape\'s and dropped (mmlape '
-                 f'builds it; load into a model with pe_type={kind!r})')
 
 
 def convert_layout(state_dict: Mapping,
@@ -333,11 +255,11 @@ def convert_layout(state_dict: Mapping,
     elif layout.naming == 'mmpretrain':
         sd = convert_mmpretrain_vit(state_dict)
     else:
-        sd = _stack_unshared(state_dict)
+        sd = stack_unshared(state_dict)
         if layout.name == 'lape-relative':
-            sd = _convert_lape_relative(sd, notes)
+            sd = convert_lape_relative(sd, notes)
         if layout.naming == 'timm' or pe_type is not None:
-            _drop_fixed_pe(sd, pe_type, notes)
+            drop_fixed_pe(sd, pe_type, notes)
     dropped = [
         k for k in sd
         if k == 'dist_token' or k.startswith(('head.', 'head_dist.'))
@@ -434,34 +356,6 @@ def fit_pos_embed(src: Tensor,
 
 
 # ----------------------------------------------------------------------
-# the official LaPE run a file records
-def _check_run_weights(run: OfficialRun, options: Mapping,
-                       state_dict: Mapping) -> None:
-    """The converted weights must be the recorded run's: PE norms exactly
-    where its join has them, relative bias tables with the relative PE, a
-    stored PE with a learnable one."""
-    norms = any(_PE_NORM_KEY.match(k) for k in state_dict)
-    tables = any(
-        k.endswith('attn.relative_position_bias_table') for k in state_dict)
-    lape = options['pe_join']['type'] == 'LaPE'
-    relative = options['pe_type'] == 'relative'
-    problem = None
-    if norms != lape:
-        problem = ('PE norms (blocks.{i}.pe_norm, blocks.{i}.attn.pe_norm)'
-                   if lape else 'no PE norms') + ' are expected, '
-        problem += 'none are there' if lape else 'the weights have some'
-    elif tables != relative:
-        problem = ('relative bias tables are expected, none are there'
-                   if relative else 'the weights have relative bias tables')
-    elif options['pe_type'] == 'learnable' and 'pos_embed' not in state_dict:
-        problem = 'a learnable pos_embed is expected, none is there'
-    if problem:
-        raise ValueError(f'the checkpoint records the official LaPE run '
-                         f'{run.describe()} but its weights are not that '
-                         f'model\'s: {problem}')
-
-
-# ----------------------------------------------------------------------
 # the ViT's path
 class ViTCheckpoints(CheckpointFamily):
     """The checkpoint path of the ViT and the backbones built on it."""
@@ -502,7 +396,7 @@ class ViTCheckpoints(CheckpointFamily):
         if run is None:
             conv = self.convert(state_dict, fmt)
             if (conv.layout.naming == 'timm'
-                    and any(_PE_NORM_KEY.match(k) for k in conv.state_dict)):
+                    and any(PE_NORM_KEY.match(k) for k in conv.state_dict)):
                 conv.notes.append(
                     'the file records no official LaPE args: whether its '
                     'LaPE chains the PE norms (pe_join.hierarchical=True, '
@@ -511,7 +405,7 @@ class ViTCheckpoints(CheckpointFamily):
             return conv
         options = run.backbone()
         conv = self.convert(state_dict, fmt, options['pe_type'])
-        _check_run_weights(run, options, conv.state_dict)
+        check_run_weights(run, options, conv.state_dict)
         conv.meta['official_lape'] = run.as_meta()
         arch = run.arch()
         arch = ', '.join(f'{k}={v!r}'
@@ -566,7 +460,7 @@ class ViTCheckpoints(CheckpointFamily):
         norm."""
         found = sorted({
             int(m.group(1))
-            for m in (_PE_NORM_KEY.match(k) for k in state_dict) if m
+            for m in (PE_NORM_KEY.match(k) for k in state_dict) if m
         })
         if found != list(spec.pe_norm_layers):
             raise ValueError(
