@@ -25,6 +25,31 @@ from torch.utils.data import Dataset
 os.environ.setdefault('OMP_NUM_THREADS', '2')
 torch.set_num_threads(2)
 
+
+@pytest.fixture(scope='module')
+def one_thread():
+    """Torch on one thread for a module: tiny models run far faster so on a
+    shared machine (``pytestmark = pytest.mark.usefixtures('one_thread')``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def fresh_default_scope():
+    """No default scope during the test, as in a fresh process, and the
+    previous ones back after it: mmengine keeps default scopes process-wide
+    (a Runner of another test leaves its own; the host inferencers leave
+    theirs), and a registry builds in the current one."""
+    from mmengine.registry import DefaultScope
+    saved = dict(DefaultScope._instance_dict)
+    DefaultScope._instance_dict.clear()
+    yield
+    DefaultScope._instance_dict.clear()
+    DefaultScope._instance_dict.update(saved)
+
+
 #: The repository root (tools and configs are run from here).
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 #: The demo config, relative to ROOT.

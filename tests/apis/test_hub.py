@@ -34,16 +34,7 @@ class FakeHub:
     _models_dict = {name: f'mmpretrain {name}' for name in SHARED}
 
 
-@pytest.fixture(autouse=True)
-def keep_default_scope():
-    """The inferencers make their scope the current default scope (a
-    process-wide mmengine instance); later tests get back the one they
-    had."""
-    from mmengine.registry import DefaultScope
-    saved = dict(DefaultScope._instance_dict)
-    yield
-    DefaultScope._instance_dict.clear()
-    DefaultScope._instance_dict.update(saved)
+pytestmark = pytest.mark.usefixtures('fresh_default_scope')
 
 
 def test_registration_keeps_mmpretrain_names_and_states_tasks():

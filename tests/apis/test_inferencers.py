@@ -14,17 +14,7 @@ import mmlape  # noqa: F401
 
 IMG = np.random.RandomState(0).randint(0, 255, (48, 64, 3), np.uint8)
 
-
-@pytest.fixture(autouse=True)
-def keep_default_scope():
-    """The inferencers make their scope the current default scope (a
-    process-wide mmengine instance); later tests get back the one they
-    had."""
-    from mmengine.registry import DefaultScope
-    saved = dict(DefaultScope._instance_dict)
-    yield
-    DefaultScope._instance_dict.clear()
-    DefaultScope._instance_dict.update(saved)
+pytestmark = pytest.mark.usefixtures('fresh_default_scope')
 
 
 def small_test_pipeline(config: str, scale) -> Config:

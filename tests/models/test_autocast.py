@@ -18,15 +18,8 @@ from mmlape.models import LaPEViT, LaPEViTAdapter
 
 IMG = 32
 
-
-@pytest.fixture(autouse=True, scope='module')
-def _one_thread():
-    """Tiny models run far faster on one thread of a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
+#: Tiny models run far faster on one thread of a shared machine.
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 DTYPES = (torch.bfloat16, torch.float16)
 #: (join, pe_type, out_type): every join, both PE kinds that carry state

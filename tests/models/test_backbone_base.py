@@ -22,15 +22,8 @@ from conftest import tiny_backbone
 from mmlape.models.layers import LayerPE, TransformerBlock
 from mmlape.models.layers.block import SwinBlock
 
-
-@pytest.fixture(autouse=True, scope='module')
-def _one_thread():
-    """Tiny models run far faster on one thread of a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
+#: Tiny models run far faster on one thread of a shared machine.
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 #: name -> (build, the tensors a plan depends on)
 BACKBONES = {

@@ -29,14 +29,8 @@ CASES = [
     for join in backbone_joins(name)
 ]
 
-
-@pytest.fixture(autouse=True, scope='module')
-def _one_thread():
-    """Tiny models run far faster on one thread of a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Tiny models run far faster on one thread of a shared machine.
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def tiny(name, join, **kwargs):

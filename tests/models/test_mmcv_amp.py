@@ -33,14 +33,8 @@ IDS = ['bf16', 'fp16']
 FUNCTIONS = (MultiScaleDeformableAttnFunction, RoIAlignFunction, NMSop)
 PYTORCH_MSDA = msda_module.multi_scale_deformable_attn_pytorch
 
-
-@pytest.fixture(autouse=True, scope='module')
-def _one_thread():
-    """Tiny ops run far faster on one thread of a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Tiny models run far faster on one thread of a shared machine.
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def cpu_autocast_takes(dtype):

@@ -25,13 +25,8 @@ TINY = dict(embed_dims=32, num_layers=2, num_heads=2)
 C = TINY['embed_dims']
 MISSING = 'PATH_THAT_DO_NOT_EXIST'
 
-
-@pytest.fixture(autouse=True, scope='module')
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Tiny models run far faster on one thread of a shared machine.
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def tiny(**kwargs):

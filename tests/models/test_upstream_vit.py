@@ -29,13 +29,8 @@ BASE = dict(arch='b', img_size=224, patch_size=16, drop_path_rate=0.1)
 TINY = dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64)
 MIM = osp.join(osp.dirname(mmpretrain.__file__), '.mim', 'configs')
 
-
-@pytest.fixture(autouse=True, scope='module')
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+#: Tiny models run far faster on one thread of a shared machine.
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def tiny_cfg(**kwargs):

@@ -22,7 +22,7 @@ from mmengine.logging import print_log
 from torch import Tensor
 
 from ..layers.pos_embed import build_1d_sincos
-from .common import BACKBONE_PREFIX, strip_prefix
+from .common import BACKBONE_PREFIX, Converted, strip_prefix
 from .vit import ViTCheckpoints, ViTSpec
 from .vit_family import VIT_FAMILY
 
@@ -58,6 +58,21 @@ class T2TCheckpoints(ViTCheckpoints):
             f'its stored sinusoid kept',
             logger='current')
         return state
+
+    def convert(self,
+                state_dict: Mapping,
+                fmt: Optional[str] = None,
+                pe_type: Optional[str] = None) -> Converted:
+        """The ViT's conversion, which drops a stored fixed sinusoid (the
+        ViT rebuilds its own), with the sinusoid kept: here it is a tensor
+        of the model's state dict."""
+        conv = super().convert(state_dict, fmt, pe_type)
+        if 'pos_embed' in state_dict and 'pos_embed' not in conv.state_dict:
+            conv.state_dict['pos_embed'] = state_dict['pos_embed']
+            conv.notes = [
+                n for n in conv.notes if not n.startswith('pos_embed of')
+            ]
+        return conv
 
     def fit(self, state_dict: Dict[str, Tensor], prefix: str,
             spec: ViTSpec) -> List[str]:
