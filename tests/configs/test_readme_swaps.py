@@ -14,8 +14,8 @@ from importlib import import_module
 import pytest
 import torch
 from conftest import ROOT
+from host_models import build_in
 from mmengine.config import Config
-from mmengine.registry import DefaultScope
 
 import mmlape  # noqa: F401  (registers the backbones, mmlape:: bases)
 from mmlape.registry import MODELS
@@ -74,11 +74,7 @@ def test_readme_example_builds_as_written(name, tmp_path):
     cls_name = re.search(r"type='(\w+)'", block).group(1)
     join = re.search(r"pe_join=dict\(type='(\w+)'\)", block).group(1)
     scope = cfg.default_scope
-    registry = import_module(f'{scope}.registry').MODELS
-    import_module(f'{scope}.utils').register_all_modules(
-        init_default_scope=False)
-    with DefaultScope.overwrite_default_scope(scope):
-        model = registry.build(cfg.model)
+    model = build_in(scope, cfg.model)
     backbone = model.backbone
     assert type(backbone).__name__ == cls_name
     assert backbone.pe_join.name == join

@@ -13,6 +13,7 @@ from copy import deepcopy
 import pytest
 import torch
 import torch.nn as nn
+from host_models import build_in, copy_converted, host_model_cfg, swapped
 
 from mmlape.models import LaPESegViT
 from mmlape.models.checkpoint.vit import convert_backbone
@@ -20,6 +21,8 @@ from mmlape.models.checkpoint.vit import convert_backbone
 mmseg = pytest.importorskip('mmseg')
 
 MIM = osp.join(osp.dirname(mmseg.__file__), '.mim', 'configs')
+#: The one change a user makes to the host's config.
+SWAP = ('VisionTransformer', 'LaPESegViT')
 #: A tiny width for the checks that do not depend on it.
 TINY = dict(embed_dims=32, num_layers=2, num_heads=2)
 C = TINY['embed_dims']
@@ -296,43 +299,6 @@ def test_mmseg_checkpoint_through_pretrained(tmp_path):
 
 # ----------------------------------------------------------------------
 # mmseg's configs with only the type swapped
-def _config(rel):
-    from mmengine.config import Config
-    return Config.fromfile(osp.join(MIM, rel)).model
-
-
-def _build(model_cfg):
-    from mmengine.registry import DefaultScope
-    from mmseg.registry import MODELS
-    from mmseg.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
-    with DefaultScope.overwrite_default_scope('mmseg'):
-        return MODELS.build(deepcopy(model_cfg))
-
-
-def _swapped(model_cfg):
-    cfg = deepcopy(model_cfg)
-    assert cfg.backbone.type == 'VisionTransformer'
-    cfg.backbone.type = 'LaPESegViT'
-    return cfg
-
-
-def _copy_segmentor(ref, ours):
-    state = ref.state_dict()
-    backbone = {
-        k[len('backbone.'):]: v
-        for k, v in state.items() if k.startswith('backbone.')
-    }
-    converted = {
-        'backbone.' + k: v
-        for k, v in convert_backbone(backbone, 'mmseg').items()
-    }
-    converted.update({
-        k: v
-        for k, v in state.items() if not k.startswith('backbone.')
-    })
-    ours.load_state_dict(converted, strict=True)
-
 
 UPERNET = 'vit/vit_vit-b16_mln_upernet_8xb2-80k_ade20k-512x512.py'
 SEGMENTER = 'segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py'
@@ -343,15 +309,15 @@ def test_segmenter_vit_t_config_swapped_builds_and_matches():
     """mmseg's Segmenter ViT-T config as is, only the type swapped: the
     same parameters, mmseg's checkpoint path, and on the same weights the
     same logits (an irregular input, padded)."""
-    cfg = _config(SEGMENTER)
-    ref = _build(cfg)
-    ours = _build(_swapped(cfg))
+    cfg = host_model_cfg('mmseg', SEGMENTER)
+    ref = build_in('mmseg', cfg)
+    ours = build_in('mmseg', swapped(cfg, *SWAP))
     assert type(ours.backbone).__name__ == 'LaPESegViT'
     assert ours.backbone.init_cfg == ref.backbone.init_cfg
     assert sum(p.numel() for p in ours.parameters()) == 6713196 == sum(
         p.numel() for p in ref.parameters())
     _randomize(ref)
-    _copy_segmentor(ref, ours)
+    copy_converted(ref, ours, 'mmseg')
     ref.eval(), ours.eval()
     img = torch.randn(1, 3, 72, 90)
     with torch.no_grad():
@@ -367,8 +333,8 @@ def test_upernet_vit_config_swapped_builds_and_matches():
     """mmseg's UPerNet ViT-B config builds as is with the type swapped
     (mmseg's parameters); at a test width (BN for the CPU), it gives
     mmseg's logits on the same weights."""
-    cfg = _config(UPERNET)
-    ours = _build(_swapped(cfg))
+    cfg = host_model_cfg('mmseg', UPERNET)
+    ours = build_in('mmseg', swapped(cfg, *SWAP))
     assert type(ours.backbone).__name__ == 'LaPESegViT'
     assert ours.backbone.out_indices == [2, 5, 8, 11]
     assert sum(p.numel() for p in ours.parameters()) == 144172844
@@ -386,9 +352,9 @@ def test_upernet_vit_config_swapped_builds_and_matches():
         in_channels=[32] * 4, channels=16, norm_cfg=dict(type='BN'))
     small.auxiliary_head.update(
         in_channels=32, channels=16, norm_cfg=dict(type='BN'))
-    ref = _randomize(_build(small))
-    ours = _build(_swapped(small))
-    _copy_segmentor(ref, ours)
+    ref = _randomize(build_in('mmseg', small))
+    ours = build_in('mmseg', swapped(small, *SWAP))
+    copy_converted(ref, ours, 'mmseg')
     ref.eval(), ours.eval()
     img = torch.randn(1, 3, 80, 72)
     with torch.no_grad():

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from host_models import build_in, copy_converted, host_model_cfg, swapped
 from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmlape.models import LaPEViT
@@ -28,6 +29,8 @@ BASE = dict(arch='b', img_size=224, patch_size=16, drop_path_rate=0.1)
 #: A tiny custom arch for the checks that do not depend on the size.
 TINY = dict(embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64)
 MIM = osp.join(osp.dirname(mmpretrain.__file__), '.mim', 'configs')
+#: The one change a user makes to the host's config.
+SWAP = ('VisionTransformer', 'LaPEViT')
 
 #: Tiny models run far faster on one thread of a shared machine.
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -372,56 +375,19 @@ def test_pvg_and_t2t_pool_without_the_norm():
 
 # ----------------------------------------------------------------------
 # host configs with only the type swapped
-def _config(rel):
-    from mmengine.config import Config
-    return Config.fromfile(osp.join(MIM, rel))
-
-
-def _build(model_cfg):
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
-    from mmpretrain.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        return MODELS.build(model_cfg)
-
-
-def _swapped(model_cfg):
-    cfg = deepcopy(model_cfg)
-    assert cfg.backbone.type == 'VisionTransformer'
-    cfg.backbone.type = 'LaPEViT'
-    return cfg
-
-
-def _copy_classifier(ref, ours):
-    """The classifier's weights, the backbone's through the converter."""
-    state = ref.state_dict()
-    backbone = {
-        k[len('backbone.'):]: v
-        for k, v in state.items() if k.startswith('backbone.')
-    }
-    converted = {
-        'backbone.' + k: v
-        for k, v in convert_backbone(backbone, 'mmpretrain').items()
-    }
-    converted.update({
-        k: v
-        for k, v in state.items() if not k.startswith('backbone.')
-    })
-    ours.load_state_dict(converted, strict=True)
 
 
 def test_deit_tiny_config_swapped_builds_and_matches():
     """mmpretrain's deit-tiny config as is, only the type swapped: the same
     parameters, and the same logits on the same weights."""
-    cfg = _config('deit/deit-tiny_4xb256_in1k.py').model
-    ref = _randomize(_build(deepcopy(cfg)))
+    cfg = host_model_cfg('mmpretrain', 'deit/deit-tiny_4xb256_in1k.py')
+    ref = _randomize(build_in('mmpretrain', cfg))
     ref.eval()
-    ours = _build(_swapped(cfg)).eval()
+    ours = build_in('mmpretrain', swapped(cfg, *SWAP)).eval()
     assert type(ours.backbone).__name__ == 'LaPEViT'
     assert sum(p.numel() for p in ours.parameters()) == \
         sum(p.numel() for p in ref.parameters())
-    _copy_classifier(ref, ours)
+    copy_converted(ref, ours, 'mmpretrain')
     img = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         torch.testing.assert_close(
@@ -435,8 +401,9 @@ def test_vit_base_config_swapped_builds_and_matches():
     """mmpretrain's vit-base-p16 config (``arch='b'``, Kaiming patch init,
     dropout 0.1, the pre-logits head) builds as is with the type swapped;
     at a test width, it gives mmpretrain's logits on the same weights."""
-    cfg = _config('vision_transformer/vit-base-p16_64xb64_in1k.py').model
-    ours = _swapped(cfg).backbone
+    cfg = host_model_cfg('mmpretrain',
+                         'vision_transformer/vit-base-p16_64xb64_in1k.py')
+    ours = swapped(cfg, *SWAP).backbone
     ours.pop('type')
     backbone = LaPEViT(**ours)  # ViT-B, built once, no forward
     assert backbone.embed_dims == 768 and backbone.num_layers == 12
@@ -449,12 +416,12 @@ def test_vit_base_config_swapped_builds_and_matches():
     small.backbone.img_size = 64
     small.head.in_channels = 64
     small.head.hidden_dim = 96
-    ref = _randomize(_build(deepcopy(small)))
+    ref = _randomize(build_in('mmpretrain', small))
     ref.eval()
-    ours = _build(_swapped(small))
+    ours = build_in('mmpretrain', swapped(small, *SWAP))
     ours.init_weights()  # the config's Kaiming init_cfg applies
     ours.eval()
-    _copy_classifier(ref, ours)
+    copy_converted(ref, ours, 'mmpretrain')
     img = torch.randn(2, 3, 80, 72)
     with torch.no_grad():
         torch.testing.assert_close(
