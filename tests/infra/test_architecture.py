@@ -85,7 +85,14 @@ def test_the_contract_catches_function_local_imports(path, target, broken,
         assert line in out.stdout, (line, out.stdout[-3000:])
 
 
-@pytest.mark.parametrize('name', ['LaPEViT', 'LaPEViTAdapter', 'LaPESwin'])
+#: Every backbone class mmlape exports, the base aside.
+BACKBONES = sorted(
+    name for name in backbones.__all__
+    if isinstance(getattr(backbones, name), type) and issubclass(
+        getattr(backbones, name), LaPEBackbone) and name != 'LaPEBackbone')
+
+
+@pytest.mark.parametrize('name', BACKBONES)
 def test_backbones_leave_checkpoints_to_the_checkpoint_module(name):
     """The backbones describe themselves (``checkpoint_spec``); reading,
     converting, checking and fitting a checkpoint happen in
@@ -103,7 +110,7 @@ def test_backbones_leave_checkpoints_to_the_checkpoint_module(name):
         assert len(body.splitlines()) <= 25, (name, method)
 
 
-@pytest.mark.parametrize('name', ['LaPEViT', 'LaPEViTAdapter', 'LaPESwin'])
+@pytest.mark.parametrize('name', BACKBONES)
 def test_the_base_writes_the_shared_parts_once(name):
     """The plan cache, the checkpoint hooks, pretrained loading and the
     generic initialisation are the base's; no backbone writes its own."""
