@@ -30,6 +30,7 @@ from itertools import chain
 import pytest
 import torch
 import torch.nn.functional as F
+from host_models import build_in
 from mmengine.config import Config
 from mmengine.runner import load_checkpoint, save_checkpoint
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -369,16 +370,15 @@ def test_layer_depth_as_mmpretrain():
 @pytest.mark.slow
 def test_mmpretrain_swin_tiny_config_swaps_in():
     import mmpretrain
-    from mmpretrain.registry import MODELS
     path = osp.join(
         osp.dirname(mmpretrain.__file__), '.mim', 'configs',
         'swin_transformer', 'swin-tiny_16xb64_in1k.py')
     upstream = Config.fromfile(path).model.backbone.to_dict()
-    swapped = dict(upstream, type='mmlape.LaPESwin')
+    swapped = dict(upstream, type='LaPESwin')
     import mmlape.models  # noqa: F401  (registers the backbone)
     torch.manual_seed(0)
-    ref = MODELS.build(upstream)
-    ours = MODELS.build(swapped)
+    ref = build_in('mmpretrain', upstream)
+    ours = build_in('mmpretrain', swapped)
     assert type(ours).__name__ == 'LaPESwin' and ours.pos_embed is None
     assert sum(p.numel()
                for p in ours.parameters()) == sum(p.numel()

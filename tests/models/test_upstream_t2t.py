@@ -24,6 +24,7 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn.functional as F
+from host_models import build_in
 from mmengine.config import Config
 from mmengine.runner import load_checkpoint, save_checkpoint
 
@@ -292,17 +293,16 @@ def test_joins_and_errors():
 @pytest.mark.slow
 def test_mmpretrain_t2t_config_swaps_in():
     import mmpretrain
-    from mmpretrain.registry import MODELS
     path = osp.join(
         osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_',
         'models', 't2t-vit-t-14.py')
     cfg_ = Config.fromfile(path)
     upstream = cfg_.model.backbone.to_dict()
-    swapped = dict(upstream, type='mmlape.LaPET2TViT')
+    swapped = dict(upstream, type='LaPET2TViT')
     import mmlape.models  # noqa: F401  (registers the backbone)
     torch.manual_seed(0)
-    ref = MODELS.build(upstream)
-    ours = MODELS.build(swapped)
+    ref = build_in('mmpretrain', upstream)
+    ours = build_in('mmpretrain', swapped)
     assert type(ours).__name__ == 'LaPET2TViT'
     ref.init_weights()
     ours.init_weights()  # the config's init_cfg runs on mmlape's too
