@@ -257,7 +257,8 @@ def swin_models():
     every registered join that runs on a staged backbone."""
     models = {'mmpretrain Swin': MMPRETRAIN_SWIN}
     for join in arch_joins('tiny', staged=True):
-        models[join] = dict(type='LaPESwin', arch='tiny', pe_join=join)
+        models[join] = dict(
+            type='LaPESwin', arch='tiny', pe_join=join, use_abs_pos_embed=True)
     return models
 
 

@@ -376,7 +376,8 @@ TINY_BACKBONES = {
                  window_size=4,
                  pad_small_map=True,
                  out_indices=(0, 1, 2, 3),
-                 drop_path_rate=0.)),
+                 drop_path_rate=0.,
+                 use_abs_pos_embed=True)),
     # mmpretrain's T2T_ViT signature (no arch), its sinusoid a buffer
     't2t-upstream': ('LaPET2TViT', 'sincos1d',
                      dict(

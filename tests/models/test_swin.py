@@ -38,7 +38,8 @@ def tiny(pe_join, **kwargs):
             window_size=WS,
             pad_small_map=True,
             out_indices=(0, 1, 2, 3),
-            drop_path_rate=0.), **kwargs)
+            drop_path_rate=0.,
+            use_abs_pos_embed=True), **kwargs)
     model = LaPESwin('test-tiny', pe_join=pe_join, **kwargs)
     # Non-trivial norms, so that a mixed-up norm cannot pass unnoticed.
     with torch.no_grad():
@@ -292,7 +293,7 @@ def test_stage_norms_layers_and_param_counts():
     counts = {}
     for join, cfg in JOIN_CFGS.items():
         with torch.device('meta'):  # shapes only: no initialisation cost
-            model = LaPESwin('tiny', pe_join=cfg)
+            model = LaPESwin('tiny', pe_join=cfg, use_abs_pos_embed=True)
         counts[join] = sum(p.numel() for p in model.parameters()) + head
         widths = [
             blk.pe_norm.normalized_shape[0] for blk in model.blocks

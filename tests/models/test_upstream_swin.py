@@ -267,14 +267,17 @@ def test_first_stage_frozen():
 
 # ---------------------------------------------------------------------------
 # defaults and options as upstream's
-def test_plain_swin_by_default_abs_pe_with_a_join():
+def test_plain_swin_by_default_abs_pe_with_a_pe_join():
+    """Upstream's default (no absolute PE) holds with the Default join,
+    named or not; a join that acts on the PE turns it on; an explicit
+    ``use_abs_pos_embed`` decides."""
     with torch.device('meta'):
         plain = LaPESwin()
         named = LaPESwin(pe_join='Default')
         lape = LaPESwin(pe_join='LaPE')
-        off = LaPESwin(pe_join='Default', use_abs_pos_embed=False)
-    assert plain.pos_embed is None and off.pos_embed is None
-    assert named.pos_embed is not None and lape.pos_embed is not None
+        on = LaPESwin(pe_join='Default', use_abs_pos_embed=True)
+    assert plain.pos_embed is None and named.pos_embed is None
+    assert lape.pos_embed is not None and on.pos_embed is not None
     assert plain.use_abs_pos_embed is False
     with pytest.raises(ValueError, match='frozen_stages=4'):
         LaPESwin(**TINY, frozen_stages=4)

@@ -101,7 +101,13 @@ ARCHS = {
     # Table 1). Its FLOPs include building the PE plan (the carry through
     # the patch mergings), which an eval-mode model does once per size.
     'swin-tiny':
-    Arch('LaPESwin', dict(arch='tiny'), 224, 'configs', gap={}, staged=True),
+    Arch(
+        'LaPESwin',
+        dict(arch='tiny', use_abs_pos_embed=True),
+        224,
+        'configs',
+        gap={},
+        staged=True),
     'test-tiny':
     Arch('LaPEViT', dict(arch='test-tiny', img_size=64), 64),
 }

@@ -137,11 +137,11 @@ class LaPESwin(LaPEBackbone):
     :mod:`mmlape.models.checkpoint.swin`), plus ``pe_join`` and
     ``cache_pe_plan``.
 
-    Naming a join (``pe_join=...``, ``Default`` included) gives Swin an
-    absolute PE at stage 1 unless ``use_abs_pos_embed`` says otherwise: the
-    default join is then mmpretrain's ``SwinTransformer(
-    use_abs_pos_embed=True)``, the Swin-Ti of the MPVG paper. Without
-    ``pe_join`` it is plain Swin (no absolute PE), upstream's default.
+    A join that acts on the PE (LaPE, PVG, MPVG) gives Swin an absolute PE
+    at stage 1 unless ``use_abs_pos_embed`` says otherwise. The ``Default``
+    join follows ``use_abs_pos_embed`` as upstream does: plain Swin (no
+    absolute PE) by default, mmpretrain's ``SwinTransformer(
+    use_abs_pos_embed=True)``, the Swin-Ti of the MPVG paper, when set.
     LaPE, PVG and MPVG give every layer ``l`` its own PE norm ``LN'_l`` of
     its stage's width (``layers.{s}.blocks.{j}.pe_norm``); the PE stream
     crosses each patch merging through that merging's own LayerNorm and
@@ -170,8 +170,8 @@ class LaPESwin(LaPEBackbone):
             merging (twice the channels, half the grid). Defaults to False.
         use_abs_pos_embed (bool, optional): Own an absolute PE (learnable,
             truncated normal std 0.02). False is plain Swin and allows only
-            the ``Default`` join. Defaults to None: True when ``pe_join`` is
-            given, else False (mmpretrain's default).
+            the ``Default`` join. Defaults to None: True for a join other
+            than ``Default``, else False (mmpretrain's default).
         interpolate_mode (str): How the raw PE is resized to another grid.
             Defaults to ``'bicubic'``.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
@@ -289,7 +289,7 @@ class LaPESwin(LaPEBackbone):
             pe_join if isinstance(pe_join, str) else
             (pe_join or {}).get('type', 'Default'))
         if use_abs_pos_embed is None:
-            use_abs_pos_embed = pe_join is not None
+            use_abs_pos_embed = str(join_type).lower() != 'default'
         if not use_abs_pos_embed and str(join_type).lower() != 'default':
             raise ValueError(
                 f'pe_join.type={join_type!r} needs an absolute PE: set '
