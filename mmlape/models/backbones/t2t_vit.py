@@ -210,7 +210,8 @@ class LaPET2TViT(LaPEViT):
             num_layers=num_layers,
             num_heads=layer['num_heads'],
             feedforward_channels=layer['feedforward_channels'],
-            tokenizer=tokenizer)
+            tokenizer=tokenizer,
+            gap_norm=False)  # upstream's T2T-ViT pools by GAP, no norm after
         if attn_scale == 'mmpretrain':
             # mmpretrain 1.2.0 divides the logits by the scale it is given
             # (the head width ** -0.5), i.e. multiplies by its square root.
@@ -239,9 +240,6 @@ class LaPET2TViT(LaPEViT):
         if final_norm and layer['norm_cfg'] != norm_cfg:
             # upstream's final norm follows the top-level norm_cfg
             self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
-        # Upstream's T2T-ViT pools by GAP without a further norm.
-        if getattr(self, 'fc_norm', None) is not None:
-            self.fc_norm = None
         self.drop_after_pos = nn.Dropout(drop_rate)
         # The sinusoid as upstream keeps it: a buffer of the state dict.
         table = build_1d_sincos(self.num_patches + self.num_extra_tokens,
