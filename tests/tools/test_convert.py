@@ -39,7 +39,7 @@ def test_mmpretrain_deit_tiny_same_logits(hw):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_official_lape_checkpoint_through_the_tool(tmp_path):
+def test_official_lape_checkpoint_through_the_tool(tmp_path, capsys):
     """timm names with blocks.{i}.pe_norm and a classifier head."""
     src = LaPEViT('test-tiny', img_size=32, patch_size=8, pe_join='LaPE')
     randomize(src, 0.2, (0.5, 1.5))
@@ -52,6 +52,12 @@ def test_official_lape_checkpoint_through_the_tool(tmp_path):
     path, out = tmp_path / 'official.pth', tmp_path / 'mmlape.pth'
     torch.save({'model': official}, path)
     assert vit_to_mmlape.main([str(path), str(out)]) == 0
+    # The notes say where the classifier went, not that it was dropped.
+    printed = capsys.readouterr().out
+    assert ('the classifier went to the model\'s head (head=\'vit\'): '
+            'head.weight -> head.layers.head.weight, head.bias -> '
+            'head.layers.head.bias') in printed
+    assert 'dropped' not in printed
     assert vit_to_mmlape.main([str(path), str(out)]) == 2  # no overwrite
     from mmpretrain.registry import MODELS
     with DefaultScope.overwrite_default_scope('mmpretrain'):

@@ -375,8 +375,12 @@ class CheckpointFamily:
         if prefixed:
             out.update((k, v) for k, v in sd.items()
                        if not k.startswith(BACKBONE_PREFIX))
-        elif self.heads[head]:
+        elif self.heads[head] and conv.head:
             out.update((self.heads[head] + k, v) for k, v in conv.head.items())
+            moved = ', '.join(f'head.{k} -> {self.heads[head]}{k}'
+                              for k in conv.head)
+            conv.notes.append(f'the classifier went to the model\'s head '
+                              f'(head={head!r}): {moved}')
         return dict(
             state_dict=out,
             meta=dict(

@@ -267,9 +267,9 @@ def convert_layout(state_dict: Mapping,
     for k in dropped:
         del sd[k]
     if dropped:
-        notes.append(f'dropped {dropped} (mmlape backbones have no '
-                     f'distillation token; classifiers are not backbone '
-                     f'weights)')
+        notes.append(f'left out of the backbone weights: {dropped} (mmlape '
+                     f'backbones have no distillation token; a classifier '
+                     f'is not part of a backbone)')
     pe = sd.get('pos_embed')
     unused = [i for i, kind in enumerate(layout.extra_rows) if kind != 'cls']
     if pe is not None and unused:
