@@ -9,6 +9,7 @@ import os.path as osp
 from copy import deepcopy
 from importlib import import_module
 
+import torch
 import torch.nn as nn
 from mmengine.config import Config, ConfigDict
 from mmengine.registry import DefaultScope
@@ -59,3 +60,17 @@ def copy_converted(ref: nn.Module, ours: nn.Module, fmt: str) -> None:
         for k, v in state.items() if not k.startswith(PREFIX)
     })
     ours.load_state_dict(converted, strict=True)
+
+
+def assert_same_logits(ref: nn.Module, ours: nn.Module, fmt: str,
+                       img: torch.Tensor) -> None:
+    """:func:`copy_converted`, then both models in eval mode give the same
+    ``mode='tensor'`` outputs on ``img``."""
+    copy_converted(ref, ours, fmt)
+    ref.eval(), ours.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            ours(img, mode='tensor'),
+            ref(img, mode='tensor'),
+            rtol=1e-4,
+            atol=1e-5)

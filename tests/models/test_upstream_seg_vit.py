@@ -13,7 +13,7 @@ from copy import deepcopy
 import pytest
 import torch
 import torch.nn as nn
-from host_models import build_in, copy_converted, host_model_cfg, swapped
+from host_models import assert_same_logits, build_in, host_model_cfg, swapped
 
 from mmlape.models import LaPESegViT
 from mmlape.models.checkpoint.vit import convert_backbone
@@ -282,6 +282,27 @@ def test_frozen_exclude_reads_mmseg_and_mmlape_names():
     assert all(p.requires_grad for p in tiny().parameters())
 
 
+def test_mmseg_names_are_the_inverse_of_the_converter():
+    """``frozen_exclude``'s mmlape -> mmseg names and the checkpoint
+    converter's mmseg -> mmlape rules are written in two places: every
+    parameter of a ViT with every optional module maps to the name mmseg's
+    ViT gives it, and the converter maps that name back."""
+    from mmseg.models.backbones import VisionTransformer
+
+    from mmlape.models.backbones.seg_vit import mmseg_name
+    cfg = dict(
+        BASE, final_norm=True, pre_norm=True, patch_norm=True, patch_bias=True)
+    ours = dict(LaPESegViT(**cfg).named_parameters())
+    theirs = dict(VisionTransformer(**deepcopy(cfg)).named_parameters())
+    named = {mmseg_name(k): k for k in ours}
+    assert len(named) == len(ours)  # no two parameters share a name
+    assert set(named) == set(theirs)
+    back = convert_backbone(theirs, 'mmseg')
+    assert set(back) == set(ours)
+    for mmseg_key, key in named.items():
+        assert torch.equal(back[key], theirs[mmseg_key]), (mmseg_key, key)
+
+
 def test_mmseg_checkpoint_through_pretrained(tmp_path):
     """An mmseg backbone file, given as mmseg's deprecated ``pretrained``,
     loads (converted, PE resized for another img_size) and gives mmseg's
@@ -317,15 +338,7 @@ def test_segmenter_vit_t_config_swapped_builds_and_matches():
     assert sum(p.numel() for p in ours.parameters()) == 6713196 == sum(
         p.numel() for p in ref.parameters())
     _randomize(ref)
-    copy_converted(ref, ours, 'mmseg')
-    ref.eval(), ours.eval()
-    img = torch.randn(1, 3, 72, 90)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            ours(img, mode='tensor'),
-            ref(img, mode='tensor'),
-            rtol=1e-4,
-            atol=1e-5)
+    assert_same_logits(ref, ours, 'mmseg', torch.randn(1, 3, 72, 90))
 
 
 @pytest.mark.filterwarnings('ignore:pretrained is deprecated')
@@ -354,15 +367,7 @@ def test_upernet_vit_config_swapped_builds_and_matches():
         in_channels=32, channels=16, norm_cfg=dict(type='BN'))
     ref = _randomize(build_in('mmseg', small))
     ours = build_in('mmseg', swapped(small, *SWAP))
-    copy_converted(ref, ours, 'mmseg')
-    ref.eval(), ours.eval()
-    img = torch.randn(1, 3, 80, 72)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            ours(img, mode='tensor'),
-            ref(img, mode='tensor'),
-            rtol=1e-4,
-            atol=1e-5)
+    assert_same_logits(ref, ours, 'mmseg', torch.randn(1, 3, 80, 72))
 
 
 def test_a_thin_translator_of_lapevit():

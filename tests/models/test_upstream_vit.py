@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from host_models import build_in, copy_converted, host_model_cfg, swapped
+from host_models import assert_same_logits, build_in, host_model_cfg, swapped
 from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmlape.models import LaPEViT
@@ -387,14 +387,7 @@ def test_deit_tiny_config_swapped_builds_and_matches():
     assert type(ours.backbone).__name__ == 'LaPEViT'
     assert sum(p.numel() for p in ours.parameters()) == \
         sum(p.numel() for p in ref.parameters())
-    copy_converted(ref, ours, 'mmpretrain')
-    img = torch.randn(1, 3, 224, 224)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            ours(img, mode='tensor'),
-            ref(img, mode='tensor'),
-            rtol=1e-4,
-            atol=1e-5)
+    assert_same_logits(ref, ours, 'mmpretrain', torch.randn(1, 3, 224, 224))
 
 
 def test_vit_base_config_swapped_builds_and_matches():
@@ -421,11 +414,4 @@ def test_vit_base_config_swapped_builds_and_matches():
     ours = build_in('mmpretrain', swapped(small, *SWAP))
     ours.init_weights()  # the config's Kaiming init_cfg applies
     ours.eval()
-    copy_converted(ref, ours, 'mmpretrain')
-    img = torch.randn(2, 3, 80, 72)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            ours(img, mode='tensor'),
-            ref(img, mode='tensor'),
-            rtol=1e-4,
-            atol=1e-5)
+    assert_same_logits(ref, ours, 'mmpretrain', torch.randn(2, 3, 80, 72))
