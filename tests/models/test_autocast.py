@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import ROOT
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmlape.models import LaPEViT, LaPEViTAdapter
 
@@ -200,3 +201,109 @@ def test_eval_plan_cache_does_not_break_compiled_graphs(join):
         dynamo.reset()
         explained = dynamo.explain(model)(img)
     assert explained.graph_break_count == 0, explained.break_reasons
+
+
+def float32_add(h, pe):
+    """The attention-input add as it was before it learned the autocast
+    dtype: in float32, the projection casting the sum afterwards."""
+    return h.add_(pe)
+
+
+@pytest.mark.parametrize('dtype', DTYPES, ids=['bf16', 'fp16'])
+@pytest.mark.parametrize('join,pe_type,out_type', CASES)
+def test_pe_add_in_autocast_dtype_equals_float32_add(join, pe_type, out_type,
+                                                     dtype, monkeypatch):
+    """Writing the sum in the autocast dtype rounds the float32 sum once,
+    as the projection's cast did: the same outputs to the bit, the same
+    gradients up to the order of the PE gradient's batch sum."""
+    import mmlape.models.layers.block as block
+    model = build(join, pe_type, out_type).train()
+    img = torch.randn(2, 3, IMG, IMG)
+    results = []
+    for add in (block.add_attn_pe, float32_add):
+        monkeypatch.setattr(block, 'add_attn_pe', add)
+        model.zero_grad()
+        with torch.autocast('cpu', dtype=dtype):
+            out = model(img)[0]
+        out.float().square().mean().backward()
+        results.append((out.detach(), {
+            n: p.grad.clone()
+            for n, p in model.named_parameters()
+        }))
+    (new, new_grads), (old, old_grads) = results
+    torch.testing.assert_close(new, old, rtol=0, atol=0)
+    for name, grad in old_grads.items():
+        torch.testing.assert_close(
+            new_grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+class BigOps(TorchDispatchMode):
+    """Bytes that ops read and write on tensors of ``numel`` elements (the
+    ``(B, N, C)`` stream; views and allocations move nothing)."""
+
+    def __init__(self, numel):
+        super().__init__()
+        self.numel, self.bytes = numel, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name.startswith(('empty', 'view', 'detach', 'expand', 't')) or \
+                name in ('_unsafe_view', 'reshape', 'permute', 'transpose'):
+            return out
+        inputs = (args, {k: v for k, v in kwargs.items() if k != 'out'})
+        for tree in (inputs, out):
+            tensors = {
+                id(t): t
+                for t in tree_leaves(tree) if isinstance(t, torch.Tensor)
+            }
+            self.bytes += sum(t.numel() * t.element_size()
+                              for t in tensors.values()
+                              if t.numel() == self.numel)
+        return out
+
+
+@pytest.mark.parametrize('join', ['LaPE', 'PVG', 'MPVG'])
+def test_pe_add_under_autocast_moves_no_more_than_the_cast(join, monkeypatch):
+    """Under autocast the add writes the projection's input dtype, so in
+    eval it replaces the projection's cast: the (B, N, C) stream moves as
+    many bytes as with no add at all; in training the PE's gradient reads
+    the (bf16) gradient once more per layer, and nothing more (the float32
+    add cost 8 bytes an element more in eval)."""
+    import mmlape.models.layers.block as block
+    torch.manual_seed(0)
+    gap = join != 'LaPE'
+    model = LaPEViT(
+        'test-tiny',
+        img_size=IMG,
+        patch_size=8,
+        pe_join=join,
+        with_cls_token=not gap,
+        out_type='avg_featmap' if gap else 'cls_token')
+    img = torch.randn(3, 3, IMG, IMG)  # no weight has B * N * C elements
+    numel = 3 * (16 + (not gap)) * 64
+    adds = {
+        'add': block.add_attn_pe,
+        'none': lambda h, pe: h,
+        'float32': float32_add
+    }
+    moved = {}
+    for name, add in adds.items():
+        monkeypatch.setattr(block, 'add_attn_pe', add)
+        for train in (False, True):
+            model.train(train).zero_grad(set_to_none=True)
+            with BigOps(numel) as ops:
+                with torch.autocast('cpu', dtype=torch.bfloat16), \
+                        torch.set_grad_enabled(train):
+                    out = model(img)[0]
+                if train:
+                    out.float().sum().backward()
+            moved[name, train] = ops.bytes
+    layers = sum(p is not None for p in model.pe_plan(model.grid_size).attn)
+    assert layers > 0
+    assert moved['add', False] == moved['none', False]
+    assert moved['float32', False] == moved['none', False] + layers * numel * 8
+    assert moved['none', True] < moved['add', True] <= \
+        moved['none', True] + layers * numel * 2 < moved['float32', True]

@@ -35,6 +35,7 @@ from torch import Tensor
 from mmlape.registry import FFNS
 from .ffn import Mlp
 from .parts import build_part
+from .pe_add import add_attn_pe
 from .pe_plan import LayerPE
 
 __all__ = [
@@ -294,9 +295,7 @@ class TransformerBlock(nn.Module):
         attn_pos, attn_bias = (None, None) if pe is None else pe
         h = self.norm1(x)
         if attn_pos is not None:
-            # In place: LayerNorm's backward needs its input, not its
-            # output, so this saves a (B, N, C) allocation per layer.
-            h = h.add_(attn_pos)
+            h = add_attn_pe(h, attn_pos)
         h = self.attn(h, attn_bias, hw)
         if self.layer_scale:
             h = self.gamma1 * h
@@ -513,6 +512,6 @@ class SwinBlock(nn.Module):
                              'window relative bias is its own)')
         h = self.norm1(x)
         if attn_pos is not None:
-            h = h.add_(attn_pos)  # LayerNorm's backward keeps its input
+            h = add_attn_pe(h, attn_pos)
         x = x + self.drop_path(self.attn(h, hw))
         return x + self.drop_path(self.mlp(self.norm2(x)))
