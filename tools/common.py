@@ -133,8 +133,10 @@ def _exit(code: int) -> None:
     sys.exit(code)
 
 
-def load_config(path, cfg_options, launcher, work_dir):
-    """Read a config, apply ``--cfg-options`` and set launcher and work dir.
+def load_config(path, cfg_options, launcher, work_dir, compile=None):
+    """Read a config, apply ``--cfg-options`` and set launcher and work dir;
+    ``compile`` (``--compile [BACKEND]``: ``'default'`` or a backend name)
+    turns the config's ``compile`` on.
 
     Raises:
         UsageError: The file does not exist or has a syntax error (naming
@@ -157,6 +159,12 @@ def load_config(path, cfg_options, launcher, work_dir):
             f'config "{where}"{line}: {found.msg or found}') from None
     if cfg_options:
         merge_cfg_options(cfg, cfg_options)
+    if compile is not None:
+        value = cfg.get('compile')
+        value = dict(value) if isinstance(value, dict) else {}
+        if compile != 'default':
+            value['backend'] = compile
+        cfg.compile = value or True
     cfg.launcher = launcher
     if work_dir is not None:
         cfg.work_dir = work_dir
@@ -211,21 +219,27 @@ def setup_runner(cfg, phases):
     """Check the device, register the scope's modules, check work dir and
     data, prepare CPU distributed runs and build the runner; a run on the
     CPU says so once in its log."""
+    from mmengine.device import get_device
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
     import mmlape  # noqa: F401  (models, safe checkpoint loading)
     from mmlape.apis import (check_dataset_paths, check_work_dir,
-                             register_scope_modules, setup_cpu_distributed,
-                             use_checked_image_loading)
+                             fit_fused_optimizer, register_scope_modules,
+                             setup_cpu_distributed, use_checked_image_loading)
+    from mmlape.engine.compile import use_compile_hook
     allowed = check_device()
     register_scope_modules(cfg)
+    use_compile_hook(cfg)
+    unfused = fit_fused_optimizer(cfg, get_device())
     check_work_dir(cfg.work_dir)
     check_dataset_paths(cfg, phases)
     use_checked_image_loading(cfg, phases)
     on_cpu = setup_cpu_distributed(cfg)
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
         Runner.from_cfg(cfg)
+    if unfused:
+        runner.logger.warning(unfused)
     if allowed:
         runner.logger.warning(
             f'MMLAPE_ALLOW_CPU=1: running on the CPU although {allowed}')
@@ -273,6 +287,16 @@ def parse_common(parser, argv=None):
         choices=['none', 'pytorch', 'slurm', 'mpi'],
         default='none',
         help='job launcher')
+    parser.add_argument(
+        '--compile',
+        nargs='?',
+        const='default',
+        default=None,
+        metavar='BACKEND',
+        help='torch.compile the model for training, validation and testing '
+        "(the config's `compile` options; BACKEND overrides its backend, "
+        'e.g. inductor, aot_eager); falls back to eager with a log line '
+        'where compiling cannot work')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))

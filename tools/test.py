@@ -49,7 +49,7 @@ def main(argv=None):
     args = parse_args(argv)
     with fail():
         cfg = load_config(args.config, args.cfg_options, args.launcher,
-                          args.work_dir)
+                          args.work_dir, args.compile)
         cfg.load_from = args.checkpoint
         if args.show_dir:
             add_show_dir(cfg, args.show_dir)

@@ -46,7 +46,7 @@ def parse_args(argv=None):
 def build_cfg(args):
     import torch
     cfg = load_config(args.config, args.cfg_options, args.launcher,
-                      args.work_dir)
+                      args.work_dir, args.compile)
     if args.amp:
         check_device()  # a GPU torch cannot use: say why, not "no GPU"
         if not torch.cuda.is_available():

@@ -56,7 +56,7 @@ test_evaluator = val_evaluator
 
 max_iters = 600
 optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05),
+    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, fused=True),
     paramwise_cfg=dict(
         norm_decay_mult=0.0,
         bias_decay_mult=0.0,

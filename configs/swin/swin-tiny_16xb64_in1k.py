@@ -24,6 +24,7 @@ model = dict(
         pe_join=dict(type='Default')))
 
 optim_wrapper = dict(
+    optimizer=dict(fused=True),
     paramwise_cfg=dict(
         custom_keys={
             '.pos_embed': dict(decay_mult=0.0),

@@ -22,7 +22,7 @@ model = dict(
     head=dict(in_channels=256))
 
 optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.03),
+    optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.03, fused=True),
     paramwise_cfg=dict(
         norm_decay_mult=0.0,
         bias_decay_mult=0.0,

@@ -57,7 +57,11 @@ optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
     optimizer=dict(
-        type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+        type='AdamW',
+        lr=1e-4,
+        betas=(0.9, 0.999),
+        weight_decay=0.05,
+        fused=True),
     # As the official config: no decay for names containing these keys.
     # The spatial prior module's BN weights (spm.*.weight) are decayed;
     # the PE norms (blocks.{i}.pe_norm) contain "norm".

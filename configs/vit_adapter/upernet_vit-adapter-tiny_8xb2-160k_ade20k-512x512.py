@@ -31,7 +31,11 @@ optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
     optimizer=dict(
-        type='AdamW', lr=12e-5, betas=(0.9, 0.999), weight_decay=0.01),
+        type='AdamW',
+        lr=12e-5,
+        betas=(0.9, 0.999),
+        weight_decay=0.01,
+        fused=True),
     constructor='LaPELayerDecayOptimWrapperConstructor',
     # As the official constructor: no decay for 1-D parameters (norms, PE
     # norms, biases, layer scale); pos_embed and level_embed are decayed.

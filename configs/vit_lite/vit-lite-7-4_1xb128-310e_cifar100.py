@@ -76,7 +76,7 @@ val_dataloader = dict(batch_size=128, dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
 optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=6e-4, weight_decay=0.06),
+    optimizer=dict(type='AdamW', lr=6e-4, weight_decay=0.06, fused=True),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0))
 
 param_scheduler = [

@@ -8,15 +8,16 @@ import importlib
 import os
 import os.path as osp
 import tempfile
-from typing import Any, Dict, Iterator, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from mmengine.config import Config
 
 from mmlape.utils.errors import ConfigError, DataError
 
 __all__ = [
-    'UsageError', 'check_dataset_paths', 'check_work_dir', 'merge_cfg_options',
-    'register_scope_modules', 'use_checked_image_loading'
+    'UsageError', 'check_dataset_paths', 'check_work_dir',
+    'fit_fused_optimizer', 'merge_cfg_options', 'register_scope_modules',
+    'use_checked_image_loading'
 ]
 
 _ALL_PHASES = ('train', 'val', 'test')
@@ -230,3 +231,25 @@ def merge_cfg_options(cfg: Config, options: Dict[str, Any]) -> None:
                 else str(err)
             raise ConfigError(f'--cfg-options {key}={value!r}: '
                               f'{reason}') from None
+
+
+def fit_fused_optimizer(cfg: Config, device: str) -> Optional[str]:
+    """Drop ``optim_wrapper.optimizer.fused=True`` where torch has no fused
+    kernel for the run's ``device``: the configs ask for fused AdamW (one
+    kernel for every parameter's update), which torch offers on CUDA, the
+    CPU and a few other devices.
+
+    Returns:
+        str, optional: What was changed, for the run's log; None when
+        nothing was.
+    """
+    optimizer = (cfg.get('optim_wrapper') or {}).get('optimizer')
+    if not isinstance(optimizer, dict) or not optimizer.get('fused'):
+        return None
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    supported = _get_fused_kernels_supported_devices()
+    if device in supported:
+        return None
+    optimizer.pop('fused')
+    return (f'optimizer {optimizer.get("type")}: torch has no fused kernel '
+            f'for {device} (only {supported}); using the unfused one')

@@ -8,12 +8,14 @@ class from here.
 """
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
+from .compile import CompileHook
 from .hooks import AtomicCheckpointHook
 from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
 
 __all__ = [
-    'AtomicCheckpointHook', 'LaPELayerDecayOptimWrapperConstructor',
-    'LaPEDeiTCosineLR', 'deit_epoch_lr'
+    'AtomicCheckpointHook', 'CompileHook',
+    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
+    'deit_epoch_lr'
 ]
 
 

@@ -519,3 +519,65 @@ def test_segmentation_warmup_multiplies_the_poly_rate():
         optim.step()
         for s in scheds:
             s.step()
+
+
+# ----------------------------------------------------------------------
+# fused AdamW
+ALL_CONFIGS = sorted(
+    p for p in glob.glob(
+        osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
+    if '_base_' not in p.split(osp.sep))
+
+
+def optimizer_of(path):
+    return _load(path).optim_wrapper.optimizer
+
+
+def test_every_adamw_config_asks_for_the_fused_kernel():
+    adamw = [p for p in ALL_CONFIGS if optimizer_of(p).type == 'AdamW']
+    assert len(adamw) > 20  # DeiT, ViT-Adapter, T2T, CeiT, Swin, CCT, ...
+    for path in adamw:
+        assert optimizer_of(path).get('fused') is True, path
+
+
+@pytest.mark.parametrize('config', [
+    'deit/deit-tiny-lape_4xb256_in1k.py',
+    'vit_adapter/upernet_vit-adapter-tiny-mpvg_8xb2-160k_ade20k-512x512.py'
+])
+def test_fused_adamw_step_equals_the_unfused_one(config):
+    """Two steps of the configured (fused) optimizer, weight-decay groups
+    and layer decay included, and of the same optimizer unfused, from the
+    same weights and gradients."""
+    path = osp.join(ROOT, 'configs', config)
+    model, fused = tiny_model(path)
+    assert fused.optimizer.defaults['fused'] is True
+    twin = copy.deepcopy(model)
+    cfg = load(path)
+    cfg.optim_wrapper.optimizer.pop('fused')
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        unfused = build_optim_wrapper(twin, cfg.optim_wrapper)
+    assert not unfused.optimizer.defaults.get('fused')
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        for a, b in zip(model.parameters(), twin.parameters()):
+            a.grad = torch.randn(a.shape, generator=gen)
+            b.grad = a.grad.clone()
+        fused.step()
+        unfused.step()
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+        assert not torch.equal(a, start[name]), name
+
+
+def test_fused_flag_is_dropped_where_torch_has_no_kernel():
+    from mmlape.apis import fit_fused_optimizer
+    cfg = Config(
+        dict(optim_wrapper=dict(optimizer=dict(type='AdamW', fused=True))))
+    assert fit_fused_optimizer(cfg, 'cuda') is None
+    assert fit_fused_optimizer(cfg, 'cpu') is None
+    assert cfg.optim_wrapper.optimizer.fused is True
+    note = fit_fused_optimizer(cfg, 'plainchip')
+    assert 'fused' not in cfg.optim_wrapper.optimizer
+    assert note.startswith('optimizer AdamW: torch has no fused kernel for '
+                           'plainchip (only [')

@@ -1,0 +1,249 @@
+"""``torch.compile`` for training, validation and testing.
+
+References:
+    ``torch.compile`` and PyTorch's regional compilation recipe (compile the
+    repeated block, not the whole model, so that one compiled block serves
+    every layer); mmengine's ``compile`` config key, which compiles
+    ``train_step`` only.
+
+:class:`CompileHook` compiles the model in place (``nn.Module.compile``:
+the state-dict names stay as they are) before the run, so the train step,
+validation and testing all run compiled. A classifier's backbone is
+compiled whole; a dense model (detection, segmentation: many image sizes,
+mmcv's compiled ops) has each encoder block compiled, so that mmcv's ops
+stay outside the graphs and a new image size recompiles one block, once
+(automatic dynamic shapes). Every graph the backend compiles is counted in
+the log. Where compiling cannot work (no C++ compiler or no Triton for
+inductor, a torch without ``torch.compile``), one line says so and the run
+goes on eager.
+
+A config asks for it with mmengine's key, ``compile = True`` or
+``compile = dict(backend='inductor', mode=None, dynamic=None)``; mmlape's
+tools (``--compile``) turn it into this hook (:func:`use_compile_hook`).
+"""
+import shutil
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
+
+from mmlape.models.layers import SwinBlock, TransformerBlock
+from mmlape.registry import HOOKS
+from mmlape.utils.errors import ConfigError
+
+__all__ = [
+    'CompileHook', 'compile_targets', 'compile_unavailable', 'graph_count',
+    'use_compile_hook'
+]
+
+#: The encoder blocks a regional compile compiles.
+BLOCK_TYPES = (TransformerBlock, SwinBlock)
+#: Task scopes whose models see images of many sizes.
+DENSE_SCOPES = ('mmdet', 'mmseg')
+
+
+def graph_count() -> int:
+    """Graphs compiled in this process so far (every backend's)."""
+    from torch._dynamo.utils import counters
+    return int(counters['stats']['unique_graphs'])
+
+
+def compile_unavailable(backend: str, device: str) -> Optional[str]:
+    """Why ``torch.compile`` with ``backend`` cannot run on ``device``
+    (``'cuda'`` or ``'cpu'``), or None when it can."""
+    if not hasattr(torch, 'compile'):
+        return f'torch {torch.__version__} has no torch.compile'
+    try:
+        import torch._dynamo as dynamo
+        dynamo.is_dynamo_supported()
+    except Exception as err:  # e.g. a Python version dynamo does not support
+        return f'torch.compile is not supported here ({err})'
+    if backend != 'inductor':
+        return None
+    if device == 'cuda':
+        from torch.utils._triton import has_triton
+        if not has_triton():
+            return ('inductor needs Triton for this GPU and none is usable '
+                    '(pip install triton, or a GPU of compute capability '
+                    '>= 7.0)')
+        return None
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        get_cpp_compiler()
+    except ImportError:
+        if shutil.which('g++') is None:
+            return 'inductor needs a C++ compiler on the CPU and found none'
+    except Exception:
+        from torch._inductor import config
+        return (f'inductor needs a C++ compiler on the CPU and found none '
+                f'(tried {[c for c in config.cpp.cxx if c]}; set CXX)')
+    return None
+
+
+def compile_targets(
+        model: nn.Module,
+        regional: Union[bool, str] = 'auto',
+        scope: Optional[str] = None) -> Tuple[List[nn.Module], str]:
+    """The modules to compile and a phrase for the log.
+
+    Args:
+        model (nn.Module): The task model (unwrapped).
+        regional (bool | str): Compile each encoder block (True), the
+            backbone whole (False), or ``'auto'``: blocks for the dense
+            scopes (mmdet, mmseg) and for a model without a backbone
+            attribute, else the backbone whole.
+        scope (str, optional): The config's ``default_scope``.
+    """
+    backbone = getattr(model, 'backbone', None)
+    if regional == 'auto':
+        regional = scope in DENSE_SCOPES or backbone is None
+    if not regional:
+        if backbone is None:
+            raise ConfigError('compile.regional=False needs a model with a '
+                              '`backbone`')
+        return [backbone], f'the backbone ({type(backbone).__name__}) whole'
+    blocks = [m for m in model.modules() if isinstance(m, BLOCK_TYPES)]
+    if not blocks:
+        raise ConfigError(f'compile.regional: {type(model).__name__} has '
+                          f'no encoder blocks to compile')
+    return blocks, (f'each of the {len(blocks)} encoder blocks '
+                    f'({type(blocks[0]).__name__}; regional)')
+
+
+class CompileHook(Hook):
+    """Compile the model before the run: training, validation and testing
+    then run compiled.
+
+    Args:
+        backend (str): ``torch.compile``'s backend. Defaults to
+            ``'inductor'``.
+        mode (str, optional): Its mode (inductor). Defaults to None.
+        dynamic (bool, optional): Its ``dynamic``. Defaults to None:
+            static shapes first, dynamic after a shape changes once.
+        fullgraph (bool): Fail on a graph break. Defaults to False.
+        regional (bool | str): See :func:`compile_targets`. Defaults to
+            ``'auto'``.
+        recompile_limit (int): Compiles of one code object before dynamo
+            gives up on it (and runs it eager, with a warning in the log).
+            Defaults to 16.
+
+    Example:
+        >>> custom_hooks = [dict(type='CompileHook', backend='inductor')]
+    """
+    priority = 'VERY_HIGH'
+
+    def __init__(self,
+                 backend: str = 'inductor',
+                 mode: Optional[str] = None,
+                 dynamic: Optional[bool] = None,
+                 fullgraph: bool = False,
+                 regional: Union[bool, str] = 'auto',
+                 recompile_limit: int = 16) -> None:
+        if regional not in (True, False, 'auto'):
+            raise ConfigError(f'compile.regional={regional!r}: expected '
+                              f"True, False or 'auto'")
+        known = self._known_backends()
+        if backend not in known:
+            raise ConfigError(f'compile.backend={backend!r} is not a '
+                              f'torch.compile backend; choose one of {known}')
+        self.options = dict(
+            backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
+        self.regional = regional
+        self.recompile_limit = int(recompile_limit)
+        self.active = False
+        self._logged = 0
+
+    def before_run(self, runner) -> None:
+        if self.active:
+            return
+        model = runner.model.module if is_model_wrapper(
+            runner.model) else runner.model
+        device = next(model.parameters()).device.type
+        reason = compile_unavailable(self.options['backend'], device)
+        if reason is not None:
+            runner.logger.warning(f'torch.compile: {reason}; the run goes on '
+                                  f'eager')
+            return
+        targets, what = compile_targets(model, self.regional,
+                                        runner.cfg.get('default_scope'))
+        import torch._dynamo as dynamo
+        for name in ('recompile_limit', 'cache_size_limit'):
+            if hasattr(dynamo.config, name):  # renamed in torch 2.7
+                setattr(dynamo.config, name, self.recompile_limit)
+                break
+        options = {k: v for k, v in self.options.items() if v is not None}
+        for module in targets:
+            module.compile(**options)
+        self.active = True
+        self._logged = graph_count()
+        runner.logger.info(
+            f'torch.compile ({self._describe()}): {what}; the train step, '
+            f'validation and testing run compiled (the first iterations '
+            f'compile; each compiled graph is logged)')
+
+    def _describe(self) -> str:
+        return ', '.join(f'{k}={v}' for k, v in self.options.items()
+                         if v is not None and v is not False)
+
+    @staticmethod
+    def _known_backends() -> List[str]:
+        import torch._dynamo as dynamo
+        return sorted(set(dynamo.list_backends(exclude_tags=())))
+
+    def _log_new_graphs(self, runner, where: str) -> None:
+        if not self.active:
+            return
+        total = graph_count()
+        if total != self._logged:
+            new, self._logged = total - self._logged, total
+            runner.logger.info(
+                f'torch.compile: {new} graph(s) compiled {where} '
+                f'({total} in all)')
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
+                         outputs=None) -> None:
+        self._log_new_graphs(runner, f'at train iter {runner.iter + 1}')
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self._log_new_graphs(runner, 'during validation')
+
+    def after_test_epoch(self, runner, metrics=None) -> None:
+        self._log_new_graphs(runner, 'during testing')
+
+
+HOOKS.register_module(module=CompileHook)
+MMENGINE_HOOKS.register_module(module=CompileHook)
+
+
+def use_compile_hook(cfg) -> bool:
+    """Turn the config's ``compile`` key (mmengine's: True or a dict of
+    :class:`CompileHook` options) into a :class:`CompileHook` in
+    ``custom_hooks``, and switch mmengine's own compile of ``train_step``
+    off (the hook compiles the model for every loop).
+
+    Args:
+        cfg (Config): The run's config, changed in place.
+
+    Returns:
+        bool: Whether the run compiles.
+    """
+    value = cfg.get('compile', None)
+    hooks = list(cfg.get('custom_hooks', None) or [])
+    if not value:
+        return any(h.get('type') == 'CompileHook' for h in hooks)
+    if not isinstance(value, (bool, dict)):
+        raise ConfigError(f'compile={value!r}: expected True, False or a '
+                          f'dict of options')
+    options: Dict = {} if value is True else dict(value)
+    options.pop('type', None)
+    hooks = [h for h in hooks if h.get('type') != 'CompileHook']
+    hooks.append(dict(type='CompileHook', **options))
+    cfg.custom_hooks = hooks
+    cfg.compile = False
+    return True
