@@ -101,11 +101,17 @@ def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
                 begin=0,
                 end=1)
         ],
+        # compiled as on a GPU, regionally (tracing only: eager backend)
+        compile=dict(backend='eager'),
         **SEED)
     metrics, log = train_and_test(config, tmp_path)
     assert_initialised_from(log, lape_checkpoint)
     for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
         assert key in metrics and -1 <= metrics[key] <= 1
+    assert ('torch.compile (backend=eager): each of the 4 encoder blocks '
+            '(TransformerBlock; regional)') in log
+    assert 'graph(s) compiled at train iter 1' in log
+    assert 'graph(s) compiled during validation' in log
 
 
 def ade(data):
