@@ -559,6 +559,26 @@ def test_bad_options_raise(kwargs, match):
         LaPESwin(**kwargs)
 
 
+def test_the_join_says_whether_swin_owns_an_absolute_pe():
+    """Swin asks the built join, however the config names it: the Default
+    join needs no PE (plain Swin), a join that acts on one turns it on."""
+    from mmlape.models.layers import DefaultJoin, LaPEJoin
+    base = dict(arch='test-tiny', img_size=IMG, window_size=WS)
+    for join in (None, 'Default', 'DEFAULT', DefaultJoin,
+                 dict(type=DefaultJoin)):
+        model = LaPESwin(**base, pe_join=join)
+        assert model.pos_embed is None and not model.use_abs_pos_embed
+        assert type(model.pe_join) is DefaultJoin
+    for join in ('lape', LaPEJoin, dict(type=LaPEJoin, hierarchical=False)):
+        model = LaPESwin(**base, pe_join=join)
+        assert model.pos_embed is not None and model.use_abs_pos_embed
+        assert type(model.pe_join) is LaPEJoin
+    on = LaPESwin(**base, pe_join=DefaultJoin, use_abs_pos_embed=True)
+    assert on.pos_embed is not None
+    with pytest.raises(ValueError, match='needs an absolute PE'):
+        LaPESwin(**base, pe_join=LaPEJoin, use_abs_pos_embed=False)
+
+
 def test_registered_for_dense_tasks_and_layer_depth():
     from mmdet.registry import MODELS as DET
     from mmseg.registry import MODELS as SEG

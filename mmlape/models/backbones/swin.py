@@ -285,17 +285,6 @@ class LaPESwin(LaPEBackbone):
                                         drop_path_rate, with_cp)
         self.window_size = common_window(blocks)
 
-        join_type = (
-            pe_join if isinstance(pe_join, str) else
-            (pe_join or {}).get('type', 'Default'))
-        if use_abs_pos_embed is None:
-            use_abs_pos_embed = str(join_type).lower() != 'default'
-        if not use_abs_pos_embed and str(join_type).lower() != 'default':
-            raise ValueError(
-                f'pe_join.type={join_type!r} needs an absolute PE: set '
-                f'use_abs_pos_embed=True (only the Default join runs '
-                f'without one)')
-        self.use_abs_pos_embed = use_abs_pos_embed
         self.pe_join = build_pe_join(
             pe_join,
             num_layers=self.num_layers,
@@ -305,6 +294,20 @@ class LaPESwin(LaPEBackbone):
             num_patches=self.grid_size[0] * self.grid_size[1],
             norm_cfg=blocks[0]['norm_cfg'],
             stages=list(zip(self.depths, self.stage_dims)))
+        join = self.pe_join
+        if use_abs_pos_embed is None:
+            use_abs_pos_embed = join.needs_pe
+        if join.needs_pe and not use_abs_pos_embed:
+            raise ValueError(
+                f'pe_join.type={join.name!r} needs an absolute PE: set '
+                f'use_abs_pos_embed=True (only a join that needs no PE, such '
+                f'as Default, runs without one)')
+        terms = set(join.attention_terms) - {'attn'}
+        if terms:
+            raise ValueError(f'pe_join.type={join.name!r} adds '
+                             f'{sorted(terms)} to attention; a Swin block '
+                             f'takes a PE added to its input only')
+        self.use_abs_pos_embed = use_abs_pos_embed
 
         self.patch_embed = SwinPatchEmbed(
             in_channels, self.embed_dims, patch_size,

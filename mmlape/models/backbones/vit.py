@@ -30,7 +30,7 @@ from mmlape.registry import POOLINGS, register_model
 from ..checkpoint import VIT, ViTSpec
 from ..layers.block import TransformerBlock
 from ..layers.parts import build_part
-from ..layers.pe_join import build_pe_join
+from ..layers.pe_join import resolve_pe_join
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
@@ -247,11 +247,11 @@ class LaPEViT(LaPEBackbone):
         self.grid_size = tuple(
             self.patch_embed.out_grid(input_size or self.img_size))
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        pool_cfg = pooling_cfg(out_type, pooling, arch.get('pooling'), pe_join,
-                               with_cls_token)
-
-        self.pe_join = build_pe_join(
-            pe_join,
+        join_cls, join_options = resolve_pe_join(pe_join)
+        pool_cfg = pooling_cfg(out_type, pooling, arch.get('pooling'),
+                               join_cls, with_cls_token)
+        self.pe_join = join_cls(
+            **join_options,
             num_layers=self.num_layers,
             embed_dims=self.embed_dims,
             with_cls_token=with_cls_token,
@@ -285,9 +285,12 @@ class LaPEViT(LaPEBackbone):
             if pre_norm else nn.Identity())
 
         windows = per_layer(window_size, self.num_layers, 'window_size')
-        if any(windows) and (with_cls_token or pe_type == 'relative'):
-            raise ValueError('window attention needs with_cls_token=False '
-                             "and an absolute pe_type")
+        terms = set(self.pe_join.attention_terms) - {'attn'}
+        if any(windows) and (with_cls_token or terms):
+            raise ValueError(
+                f'window attention needs with_cls_token=False and a join '
+                f'that adds nothing but a PE to attention; '
+                f'pe_join.type={self.pe_join.name!r} adds {sorted(terms)}')
         self.out_indices = parse_out_indices(out_indices, self.num_layers,
                                              'layers')
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
@@ -341,7 +344,7 @@ class LaPEViT(LaPEBackbone):
         if final_norm:
             self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         self.fc_norm = None
-        if gap_norm_applies(out_type, arch, pe_join):
+        if gap_norm_applies(out_type, arch, self.pe_join):
             self.fc_norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         self._init_default_weights()
         self._freeze_stages()

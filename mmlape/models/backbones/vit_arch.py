@@ -14,12 +14,13 @@ argument into what the backbone builds, with one-line errors that name the
 option; the backbone (:mod:`~mmlape.models.backbones.vit`) builds the
 modules.
 """
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import torch.nn as nn
 
-from mmlape.registry import PE_JOINS, POOLINGS, TOKENIZERS
-from ..layers.parts import build_part, part_class
+from mmlape.registry import POOLINGS, TOKENIZERS
+from ..layers.parts import build_part, part_cfg, part_class
+from ..layers.pe_join_base import BasePEJoin
 from ..layers.pooling import ClsTokenPool
 from ..layers.tokenizers import PatchEmbed
 
@@ -198,32 +199,17 @@ def parse_vit_arch(arch: Union[str, Dict], zoo: Dict[str, Dict]) -> Dict:
     return dict(arch)
 
 
-def gap_norm_applies(out_type: str, arch: Dict, pe_join: Union[None, str,
-                                                               Dict]) -> bool:
+def gap_norm_applies(out_type: str, arch: Dict,
+                     join: Type[BasePEJoin]) -> bool:
     """Whether ``out_type='avg_featmap'`` normalises the pooled vector.
 
     mmpretrain's ViT does (its ``ln2``; mmlape's ``fc_norm``), its T2T-ViT
-    does not (``gap_norm=False`` in the arch). PVG and MPVG, the joins that
-    remove the class token, pool as their papers do: GAP of the final-normed
-    tokens, without another norm.
+    does not (``gap_norm=False`` in the arch). A join without a class token
+    (PVG, MPVG) pools as its paper does: GAP of the final-normed tokens,
+    without another norm.
     """
     return (out_type == 'avg_featmap' and arch.get('gap_norm', True)
-            and _join_allows_cls_token(pe_join))
-
-
-def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
-    """Whether the join a config names keeps a class token (unknown types
-    are left to :func:`~mmlape.models.layers.pe_join.build_pe_join` to
-    refuse)."""
-    if pe_join is None:
-        return True
-    join_type = pe_join if isinstance(pe_join,
-                                      str) else dict(pe_join).get('type')
-    if isinstance(join_type, type):
-        return getattr(join_type, 'allows_cls_token', True)
-    lookup = {k.lower(): v for k, v in PE_JOINS.module_dict.items()}
-    cls = lookup.get(str(join_type).lower())
-    return True if cls is None else cls.allows_cls_token
+            and join.allows_cls_token)
 
 
 #: mmcv ``PatchEmbed`` arguments (mmpretrain's ``patch_cfg``) and the
@@ -275,8 +261,7 @@ def build_tokenizer(
     stride and its bias; ``patch_cfg`` (mmpretrain's, mmcv ``PatchEmbed``
     arguments) then overrides them as mmpretrain's ViT lets it. Both are
     refused for any other tokenizer."""
-    cfg = dict(type='Patch') if cfg is None else cfg
-    cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
+    cfg = part_cfg(cfg, default='Patch')
     input_size = None
     if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:
         cfg.setdefault('patch_size', VIT_OPTION_DEFAULTS['patch_size'])
@@ -361,11 +346,11 @@ def block_cfgs(layer_cfgs: Union[None, Dict, Sequence[Dict]],
 
 
 def pooling_cfg(out_type: str, pooling: Union[None, str, Dict],
-                arch_pooling: Union[None, str, Dict], pe_join: Union[None, str,
-                                                                     Dict],
+                arch_pooling: Union[None, str, Dict], join: Type[BasePEJoin],
                 with_cls_token: bool) -> Optional[Dict]:
     """The pooling config of ``out_type`` (``pooling``, else the arch's
-    ``arch_pooling``), checked against the join and the class token."""
+    ``arch_pooling``), checked against the join's class and the class
+    token."""
     if out_type == 'pooled':
         cfg = pooling if pooling is not None else arch_pooling
         if cfg is None:
@@ -379,15 +364,13 @@ def pooling_cfg(out_type: str, pooling: Union[None, str, Dict],
         cfg = {'cls_token': 'ClsToken', 'avg_featmap': 'GAP'}.get(out_type)
     if cfg is None:
         return None
-    cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
+    cfg = part_cfg(cfg)
     cls = part_class(POOLINGS, 'pooling', cfg)
     if cls.cls_token_needed(cfg) and cls is not ClsTokenPool:
         # (ClsToken's refusal is the join's own message.)
-        if not _join_allows_cls_token(pe_join):
-            join = pe_join if isinstance(pe_join,
-                                         str) else dict(pe_join)['type']
+        if not join.allows_cls_token:
             raise ValueError(
-                f'pe_join.type={join!r} removes the class token, which '
+                f'pe_join.type={join.name!r} removes the class token, which '
                 f'pooling.type={cfg["type"]!r} needs. '
                 f'{cls.without_cls_token}.')
         if not with_cls_token:

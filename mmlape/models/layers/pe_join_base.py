@@ -65,6 +65,9 @@ class BasePEJoin(nn.Module):
     pe_types: Sequence[str] = ABSOLUTE_PE_TYPES
     #: Whether a class token is allowed.
     allows_cls_token: bool = True
+    #: Whether the join acts on a PE, so the backbone must own one of
+    #: :attr:`pe_types` (Swin's is optional: ``use_abs_pos_embed``).
+    needs_pe: bool = True
     #: Whether the join runs on a staged backbone (its PE stream is carried
     #: across stage boundaries by the backbone's hook).
     supports_stages: bool = False
@@ -158,6 +161,15 @@ class BasePEJoin(nn.Module):
                     f'the backbone\'s carry hook in plan()')
             pe = carry(pe, stage)
         return pe
+
+    @property
+    def attention_terms(self) -> Tuple[str, ...]:
+        """What the plans add to attention, as
+        :class:`~mmlape.models.layers.pe_plan.LayerPE` fields: ``'attn'``
+        (to the attention input), ``'bias'`` (to the logits), ``'qk'`` (a
+        map of the queries and keys). A backbone whose blocks lack one
+        refuses the join. Here: the relative PE's bias, if any."""
+        return ('bias', ) if self.pe_type == 'relative' else ()
 
     @property
     def extra_tokens(self) -> int:
