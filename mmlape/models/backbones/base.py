@@ -17,11 +17,13 @@ initialisation. A backbone describes itself: its plan
 (:meth:`LaPEBackbone._build_plan`), the tensors the plan depends on, its
 checkpoint spec and its specialised starting values.
 """
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
+from mmengine.utils import to_2tuple
 from torch import Tensor
 
 from ..checkpoint import CheckpointFamily
@@ -29,7 +31,9 @@ from ..layers.parts import init_defaults
 from ..layers.pe_plan import PEPlan, PEPlanCache
 from ..layers.weight_init import init_generic_weights
 
-__all__ = ['LaPEBackbone', 'parse_out_indices']
+__all__ = [
+    'LaPEBackbone', 'host_img_size', 'parse_out_indices', 'pretrained_init_cfg'
+]
 
 
 def parse_out_indices(out_indices: Union[int, Sequence[int]], count: int,
@@ -56,6 +60,41 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]], count: int,
                              f'[-{count}, {count})')
         parsed.append(real)
     return sorted(set(parsed))
+
+
+def pretrained_init_cfg(pretrained: Optional[str],
+                        init_cfg: Optional[Dict]) -> Optional[Dict]:
+    """The ``init_cfg`` of the hosts' deprecated ``pretrained`` argument
+    (mmseg's and mmdet's backbones): a path is
+    ``dict(type='Pretrained', checkpoint=pretrained)``."""
+    if init_cfg and pretrained:
+        raise ValueError('pretrained and init_cfg cannot both be set; '
+                         'give the checkpoint in init_cfg')
+    if isinstance(pretrained, str):
+        warnings.warn('pretrained is deprecated: use '
+                      "init_cfg=dict(type='Pretrained', checkpoint=...)")
+        return dict(type='Pretrained', checkpoint=pretrained)
+    if pretrained is not None:
+        raise TypeError(f'pretrained must be a str or None, got '
+                        f'{pretrained!r}')
+    return init_cfg
+
+
+def host_img_size(img_size: Union[int, Sequence[int]],
+                  name: str = 'img_size') -> Tuple[int, int]:
+    """An image size as mmseg's and mmdet's backbones read it: an int, or
+    a tuple of one or two."""
+    if isinstance(img_size, bool) or not isinstance(img_size,
+                                                    (int, tuple, list)):
+        raise TypeError(f'{name} must be an int or a tuple, got '
+                        f'{img_size!r}')
+    if not isinstance(img_size, int) and len(img_size) == 1:
+        img_size = img_size[0]
+    size = tuple(to_2tuple(img_size))
+    if len(size) != 2:
+        raise ValueError(f'{name} must have 1 or 2 entries, got '
+                         f'{len(size)}: {img_size!r}')
+    return size
 
 
 class LaPEBackbone(BaseModule):

@@ -14,7 +14,6 @@ output hooks shape what mmseg returns. Blocks, PE joins and checkpoints are
 LaPEViT's.
 """
 import re
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
@@ -23,6 +22,8 @@ from torch import Tensor
 from mmlape.registry import register_model
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import resize_pos_embed
+from ..layers.tokenizers import tokens_to_map
+from .base import host_img_size, pretrained_init_cfg
 from .vit import LaPEViT
 
 __all__ = ['LaPESegViT']
@@ -50,20 +51,6 @@ def mmseg_name(name: str) -> str:
         if re.match(pattern, name):
             return re.sub(pattern, repl, name)
     return name
-
-
-def _img_size(img_size: Union[int, Sequence[int]]) -> Tuple[int, int]:
-    if isinstance(img_size, int) and not isinstance(img_size, bool):
-        return (img_size, img_size)
-    if not isinstance(img_size, (tuple, list)):
-        raise TypeError(f'img_size must be an int or a tuple, got '
-                        f'{img_size!r}')
-    if len(img_size) == 1:
-        img_size = (img_size[0], img_size[0])
-    if len(img_size) != 2:
-        raise ValueError(f'img_size must have 1 or 2 entries, got '
-                         f'{len(img_size)}: {img_size!r}')
-    return tuple(img_size)
 
 
 @register_model()
@@ -182,20 +169,11 @@ class LaPESegViT(LaPEViT):
                  pe_type: Optional[str] = None,
                  cache_pe_plan: bool = True,
                  init_cfg: Optional[Dict] = None) -> None:
-        img_size = _img_size(img_size)
+        img_size = host_img_size(img_size)
         if output_cls_token and not with_cls_token:
             raise ValueError('output_cls_token=True needs '
                              'with_cls_token=True')
-        if init_cfg and pretrained:
-            raise ValueError('pretrained and init_cfg cannot both be set; '
-                             'give the checkpoint in init_cfg')
-        if isinstance(pretrained, str):
-            warnings.warn('pretrained is deprecated: use '
-                          "init_cfg=dict(type='Pretrained', checkpoint=...)")
-            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        elif pretrained is not None:
-            raise TypeError(f'pretrained must be a str or None, got '
-                            f'{pretrained!r}')
+        init_cfg = pretrained_init_cfg(pretrained, init_cfg)
         if not isinstance(out_indices,
                           (int, list, tuple)) or isinstance(out_indices, bool):
             raise TypeError(f'out_indices must be an int, list or tuple, got '
@@ -280,9 +258,7 @@ class LaPESegViT(LaPEViT):
     # mmseg's outputs
     def _seg_output(self, x: Tensor, hw: Tuple[int,
                                                int]) -> Union[Tensor, List]:
-        patches = x[:, self.num_extra_tokens:]
-        b, _, c = patches.shape
-        featmap = patches.transpose(1, 2).reshape(b, c, *hw).contiguous()
+        featmap = tokens_to_map(x[:, self.num_extra_tokens:], hw)
         if self.output_cls_token:
             return [featmap, x[:, 0]]
         return featmap

@@ -37,6 +37,7 @@ from ..layers.block import SwinBlock, WindowAttention, pad_grid
 from ..layers.pe_join import build_pe_join
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import resize_pos_embed
+from ..layers.tokenizers import tokens_to_map
 from .base import LaPEBackbone, parse_out_indices
 from .swin_arch import (SWIN_ARCH_ZOO, check_patch_cfg, common_window,
                         image_size, parse_swin_arch, stage_settings)
@@ -444,9 +445,7 @@ class LaPESwin(LaPEBackbone):
                 out = getattr(self, f'norm{s}')(x)
                 if s == self.num_stages - 1 and plan.final is not None:
                     out = out + plan.final  # MPVG: LN(x_L) + LN'(pos)
-                b, _, c = out.shape
-                outs.append(
-                    out.transpose(1, 2).reshape(b, c, *hw).contiguous())
+                outs.append(tokens_to_map(out, hw))
             if stage.downsample is not None and not merge_first:
                 x, hw = stage.downsample(x, hw)
         return tuple(outs)

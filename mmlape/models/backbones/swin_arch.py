@@ -16,6 +16,7 @@ from copy import deepcopy
 from typing import Dict, List, Sequence, Tuple, Union
 
 import torch
+from mmengine.utils import to_2tuple
 
 __all__ = [
     'SWIN_ARCH_ZOO', 'STAGE_CFG_KEYS', 'BLOCK_CFG_KEYS', 'DOWNSAMPLE_CFG_KEYS',
@@ -126,8 +127,7 @@ def image_size(img_size: Union[int, Sequence[int]], patch_size: int,
         if (not isinstance(value, int) or isinstance(value, bool)
                 or value < 1):
             raise ValueError(f'{name}={value!r} must be a positive int')
-    size = (img_size, img_size) if isinstance(img_size, int) else tuple(
-        int(v) for v in img_size)
+    size = tuple(to_2tuple(img_size))
     if len(size) != 2 or size[0] % patch_size or size[1] % patch_size:
         raise ValueError(f'img_size={img_size} must be an int or a pair '
                          f'divisible by patch_size={patch_size}')

@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
+from mmengine.utils import to_2tuple
 from torch import Tensor
 
 from mmlape.registry import POOLINGS, register_model
@@ -34,11 +35,11 @@ from ..layers.pe_join import resolve_pe_join
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
-from ..layers.tokenizers import PatchEmbed
+from ..layers.tokenizers import PatchEmbed, tokens_to_map
 from .base import LaPEBackbone, parse_out_indices
 from .vit_arch import (VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, block_cfgs,
                        build_tokenizer, gap_norm_applies, parse_vit_arch,
-                       per_layer, pooling_cfg, to_2tuple)
+                       per_layer, pooling_cfg)
 
 __all__ = ['LaPEViT', 'PatchEmbed']
 
@@ -211,8 +212,8 @@ class LaPEViT(LaPEBackbone):
 
         self.embed_dims = arch['embed_dims']
         self.num_layers = arch['num_layers']
-        self.img_size = to_2tuple(
-            pick('img_size', img_size, defaults['img_size']))
+        self.img_size = tuple(
+            to_2tuple(pick('img_size', img_size, defaults['img_size'])))
         pe_type = pick('pe_type', pe_type, defaults['pe_type'])
         if pe_type not in PE_TYPES:
             raise ValueError(f'Unknown pe_type={pe_type!r}; choose one of '
@@ -492,11 +493,7 @@ class LaPEViT(LaPEBackbone):
             return pool(x, self.num_extra_tokens)
         if self.out_type == 'raw':
             return x
-        patches = x[:, self.num_extra_tokens:]
-        b, _, c = patches.shape
-        # Contiguous NCHW, as mmseg's ViT: the plain view is channels-last,
-        # which mmcv's CPU RoIAlign misreads (see vit_adapter.py).
-        return patches.transpose(1, 2).reshape(b, c, *hw).contiguous()
+        return tokens_to_map(x[:, self.num_extra_tokens:], hw)
 
     def _origin_outputs(self, x: Tensor, hw: Tuple[int, int]) -> List:
         """Outputs before the first layer (none; mmseg's ``out_origin``

@@ -37,6 +37,7 @@ from mmlape.registry import register_model
 from ..layers.adapter import (InteractionBlock, SpatialPriorModule,
                               deform_inputs, init_adapter_weights,
                               reset_deformable_attention)
+from ..layers.tokenizers import tokens_to_map
 from .vit import LaPEViT
 
 __all__ = ['LaPEViTAdapter']
@@ -276,14 +277,6 @@ class LaPEViTAdapter(LaPEViT):
         plan = self.pe_plan(hw)
         tokens = self.embed(tokens, plan)
         shapes = [(hw[0] * 2, hw[1] * 2), hw, (hw[0] // 2, hw[1] // 2)]
-        b, _, dims = tokens.shape
-
-        def as_map(t, size):
-            # Contiguous NCHW (see the module note): the plain view is
-            # channels-last, which mmcv's CPU RoIAlign misreads and which
-            # gets wrong batch-norm input gradients for a batch of one.
-            return t.transpose(1, 2).reshape(b, dims, *size).contiguous()
-
         outs = []
         for layer, (start, end) in zip(self.interactions,
                                        self.interaction_indexes):
@@ -295,16 +288,16 @@ class LaPEViTAdapter(LaPEViT):
             tokens = outs[-1] = self.final(tokens, plan)
 
         n2, n3 = c2.shape[1], c3.shape[1]
-        c2 = as_map(c[:, :n2], shapes[0])
-        c3 = as_map(c[:, n2:n2 + n3], shapes[1])
-        c4 = as_map(c[:, n2 + n3:], shapes[2])
+        c2 = tokens_to_map(c[:, :n2], shapes[0])
+        c3 = tokens_to_map(c[:, n2:n2 + n3], shapes[1])
+        c4 = tokens_to_map(c[:, n2 + n3:], shapes[2])
         c1 = self.up(c2) + c1
         feats = [c1, c2, c3, c4]
         if self.add_vit_feature:
             if self.vit_feature_source == 'last':
-                vit = [as_map(tokens, hw)] * 4
+                vit = [tokens_to_map(tokens, hw)] * 4
             else:
-                vit = [as_map(t, hw) for t in outs]
+                vit = [tokens_to_map(t, hw) for t in outs]
             for i, scale in enumerate((4, 2, 1, 0.5)):
                 v = vit[i]
                 if scale != 1:

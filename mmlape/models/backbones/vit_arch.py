@@ -17,6 +17,7 @@ modules.
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import torch.nn as nn
+from mmengine.utils import to_2tuple
 
 from mmlape.registry import POOLINGS, TOKENIZERS
 from ..layers.parts import build_part, part_cfg, part_class
@@ -157,15 +158,6 @@ VIT_ARCH_ZOO = {
 }
 
 
-def to_2tuple(x: Union[int, Sequence[int]]) -> Tuple[int, int]:
-    if isinstance(x, int):
-        return (x, x)
-    x = tuple(int(v) for v in x)
-    if len(x) != 2:
-        raise ValueError(f'expected an int or a pair, got {x}')
-    return x
-
-
 def per_layer(value: Union[int, Sequence[int]], num_layers: int,
               name: str) -> List[int]:
     """``value`` for every layer: an int for all, or one entry per layer
@@ -232,7 +224,7 @@ def _patch_cfg_options(patch_cfg: Dict, in_channels: int,
         if key in PATCH_CFG_KEYS:
             options[PATCH_CFG_KEYS[key]] = value
         elif key == 'input_size':
-            input_size = None if value is None else to_2tuple(value)
+            input_size = None if value is None else tuple(to_2tuple(value))
         elif key == 'conv_type' and value in ('Conv2d', 'Conv'):
             continue
         elif key in ('in_channels', 'embed_dims') and value == dict(

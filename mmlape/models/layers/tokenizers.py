@@ -32,10 +32,19 @@ from mmlape.registry import TOKENIZERS
 
 __all__ = [
     'PatchEmbed', 'T2TTokenizer', 'PerformerTokenLayer',
-    'TransformerTokenLayer', 'I2TTokenizer', 'ConvTokenizer', 'conv_out'
+    'TransformerTokenLayer', 'I2TTokenizer', 'ConvTokenizer', 'conv_out',
+    'tokens_to_map'
 ]
 
 Grid = Tuple[int, int]
+
+
+def tokens_to_map(x: Tensor, hw: Sequence[int]) -> Tensor:
+    """Patch tokens ``(B, H*W, C)`` as a contiguous ``(B, C, H, W)`` map,
+    as the hosts' backbones return it (the plain view is channels-last,
+    which mmcv's CPU ``RoIAlign`` misreads and which gives batch norm wrong
+    input gradients for a batch of one)."""
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw).contiguous()
 
 
 def conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
