@@ -13,13 +13,13 @@ tokenizer's options, ``act_cfg``/``num_fcs`` the blocks'), and its two
 output hooks shape what mmseg returns. Blocks, PE joins and checkpoints are
 LaPEViT's.
 """
-import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 from torch import Tensor
 
 from mmlape.registry import register_model
+from ..checkpoint.vit import mmseg_vit_name
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.tokenizers import tokens_to_map
@@ -27,30 +27,6 @@ from .base import host_img_size, pretrained_init_cfg
 from .vit import LaPEViT
 
 __all__ = ['LaPESegViT']
-
-# mmlape parameter names -> mmseg's, for ``frozen_exclude`` (matched
-# against both).
-_MMSEG_NAMES = [
-    (r'^blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
-    (r'^blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
-    (r'^blocks\.(\d+)\.attn\.qkv\.(weight|bias)$',
-     r'layers.\1.attn.attn.in_proj_\2'),
-    (r'^blocks\.(\d+)\.attn\.proj\.', r'layers.\1.attn.attn.out_proj.'),
-    (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
-    (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
-    (r'^blocks\.', 'layers.'),
-    (r'^norm\.', 'ln1.'),
-    (r'^pre_norm\.', 'ln_pre.'),
-    (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
-]
-
-
-def mmseg_name(name: str) -> str:
-    """The name mmseg's ViT gives the parameter mmlape calls ``name``."""
-    for pattern, repl in _MMSEG_NAMES:
-        if re.match(pattern, name):
-            return re.sub(pattern, repl, name)
-    return name
 
 
 @register_model()
@@ -242,7 +218,7 @@ class LaPESegViT(LaPEViT):
         if 'all' in self.frozen_exclude:
             return
         for name, param in self.named_parameters():
-            names = (name, mmseg_name(name))
+            names = (name, mmseg_vit_name(name))
             if not any(ex in n for ex in self.frozen_exclude for n in names):
                 param.requires_grad = False
 

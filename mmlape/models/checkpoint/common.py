@@ -29,7 +29,7 @@ import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from mmengine.logging import print_log
@@ -40,7 +40,8 @@ from ..layers.pos_embed import resize_pos_embed
 __all__ = [
     'BACKBONE_PREFIX', 'Layout', 'Converted', 'CheckpointFamily',
     'unwrap_state_dict', 'strip_prefix', 'select_backbone', 'rename_keys',
-    'is_square', 'check_pe_width', 'fit_patch_rows', 'load_and_report'
+    'table_rules', 'is_square', 'check_pe_width', 'fit_patch_rows',
+    'load_and_report'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -170,6 +171,35 @@ def rename_keys(state_dict: Mapping,
             raise ValueError(f'Cannot convert key "{key}" of {source} '
                              f'checkpoint: mmlape has no counterpart')
     return out
+
+
+#: What a slot of a name table matches: ``{i}`` an index, ``{p}`` a
+#: weight or bias.
+_SLOTS = {'i': r'(\d+)', 'p': r'(weight|bias)'}
+
+
+def table_rules(table: Sequence[Tuple[str, str]],
+                reverse: bool = False) -> Rules:
+    """The :func:`rename_keys` rules of a name table: ``(source name,
+    mmlape name)`` pairs, each a prefix when it ends in ``.``, else a whole
+    key, with slots ``{i}`` and ``{p}`` (see :data:`_SLOTS`). ``reverse``
+    gives the rules from mmlape's names to the source's.
+
+    Example:
+        >>> rules = table_rules([('layers.{i}.ln1.', 'blocks.{i}.norm1.')])
+        >>> list(rename_keys({'layers.3.ln1.bias': 0}, rules, 'a ViT'))
+        ['blocks.3.norm1.bias']
+    """
+    rules = []
+    for pair in table:
+        src, dst = pair[::-1] if reverse else pair
+        slots = re.findall(r'\{(\w)\}', src)
+        pattern = re.escape(src)
+        for n, slot in enumerate(slots, 1):
+            pattern = pattern.replace(re.escape(f'{{{slot}}}'), _SLOTS[slot])
+            dst = dst.replace(f'{{{slot}}}', f'\\{n}')
+        rules.append(('^' + pattern + ('' if src.endswith('.') else '$'), dst))
+    return rules
 
 
 def is_square(n: int) -> bool:

@@ -41,8 +41,8 @@ from mmengine.logging import print_log
 from torch import Tensor
 
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
-                     Rules, check_pe_width, fit_patch_rows, is_square,
-                     rename_keys, select_backbone, strip_prefix)
+                     check_pe_width, fit_patch_rows, is_square, rename_keys,
+                     select_backbone, strip_prefix, table_rules)
 from .official_lape import (LAPE_REL_INDEX, LAPE_REL_NORM, PE_NORM_KEY,
                             OfficialRun, backbone_contradictions,
                             backbone_options, check_run_weights,
@@ -54,7 +54,8 @@ from .vit_family import VIT_FAMILY
 __all__ = [
     'FORMATS', 'ROW_KINDS', 'VIT', 'ViTSpec', 'detect_format', 'detect_layout',
     'convert_layout', 'convert_backbone', 'convert_mmpretrain_vit',
-    'convert_mmseg_vit', 'convert_checkpoint', 'fit_pos_embed'
+    'convert_mmseg_vit', 'convert_checkpoint', 'fit_pos_embed',
+    'MMPRETRAIN_VIT_NAMES', 'MMSEG_VIT_NAMES', 'mmseg_vit_name'
 ]
 
 Format = Literal['mmlape', 'timm', 'mmpretrain', 'mmseg']
@@ -67,30 +68,44 @@ FORMATS = ('mmlape', 'timm', 'mmpretrain', 'mmseg')
 #: class row although it has no class token).
 ROW_KINDS = ('cls', 'dist', 'unused')
 
-# (pattern, replacement) applied to backbone-level keys, first match wins.
-_MMPRETRAIN_RULES: Rules = [
-    (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
-    (r'^layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
-    (r'^layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
-    (r'^layers\.(\d+)\.attn\.qkv\.', r'blocks.\1.attn.qkv.'),
-    (r'^layers\.(\d+)\.attn\.proj\.', r'blocks.\1.attn.proj.'),
-    (r'^layers\.(\d+)\.attn\.gamma1\.weight$', r'blocks.\1.gamma1'),
-    (r'^layers\.(\d+)\.ffn\.gamma2\.weight$', r'blocks.\1.gamma2'),
-    (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
-    (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
-    (r'^ln1\.', 'norm.'),
-    # the norm after GAP (out_type='avg_featmap'), the pre-norm (mmseg:
-    # ln_pre) and the patch norm (mmseg's patch_norm)
-    (r'^ln2\.', 'fc_norm.'),
-    (r'^(pre_norm|ln_pre)\.', 'pre_norm.'),
-    (r'^patch_embed\.norm\.', 'patch_embed.norm.'),
-    (r'^(cls_token|pos_embed|dist_token)$', r'\1'),
-]
-_MMSEG_RULES: Rules = [
-    (r'^layers\.(\d+)\.attn\.attn\.in_proj_(weight|bias)$',
-     r'blocks.\1.attn.qkv.\2'),
-    (r'^layers\.(\d+)\.attn\.attn\.out_proj\.', r'blocks.\1.attn.proj.'),
-] + _MMPRETRAIN_RULES
+#: mmpretrain's ViT names and mmlape's (see :func:`.common.table_rules`).
+MMPRETRAIN_VIT_NAMES = [
+    ('patch_embed.projection.', 'patch_embed.proj.'),
+    ('layers.{i}.ln1.', 'blocks.{i}.norm1.'),
+    ('layers.{i}.ln2.', 'blocks.{i}.norm2.'),
+    ('layers.{i}.attn.qkv.', 'blocks.{i}.attn.qkv.'),
+    ('layers.{i}.attn.proj.', 'blocks.{i}.attn.proj.'),
+    ('layers.{i}.attn.gamma1.weight', 'blocks.{i}.gamma1'),
+    ('layers.{i}.ffn.gamma2.weight', 'blocks.{i}.gamma2'),
+    ('layers.{i}.ffn.layers.0.0.', 'blocks.{i}.mlp.fc1.'),
+    ('layers.{i}.ffn.layers.1.', 'blocks.{i}.mlp.fc2.'),
+    ('ln1.', 'norm.'),
+    ('ln2.', 'fc_norm.'),  # the norm after GAP (out_type='avg_featmap')
+    ('pre_norm.', 'pre_norm.'),
+    ('ln_pre.', 'pre_norm.'),
+    ('patch_embed.norm.', 'patch_embed.norm.'),
+] + [(k, k) for k in ('cls_token', 'pos_embed', 'dist_token')]
+#: mmseg's: its attention is ``nn.MultiheadAttention``; the rest as
+#: mmpretrain's.
+MMSEG_VIT_NAMES = [
+    ('layers.{i}.attn.attn.in_proj_{p}', 'blocks.{i}.attn.qkv.{p}'),
+    ('layers.{i}.attn.attn.out_proj.', 'blocks.{i}.attn.proj.'),
+    ('ln_pre.', 'pre_norm.'),
+] + MMPRETRAIN_VIT_NAMES
+_MMPRETRAIN_RULES = table_rules(MMPRETRAIN_VIT_NAMES)
+_MMSEG_RULES = table_rules(MMSEG_VIT_NAMES)
+_TO_MMSEG_RULES = table_rules(MMSEG_VIT_NAMES, reverse=True)
+
+
+def mmseg_vit_name(name: str) -> str:
+    """The name mmseg's ViT gives the parameter mmlape calls ``name`` (a
+    block's module mmseg lacks keeps its ``layers.{i}`` prefix)."""
+    for pattern, repl in _TO_MMSEG_RULES + [(r'^blocks\.', 'layers.')]:
+        if re.match(pattern, name):
+            return re.sub(pattern, repl, name)
+    return name
+
+
 # Modules only a ViT-Adapter backbone has.
 _ADAPTER_KEY = re.compile(r'^(level_embed$|spm\.|interactions\.)')
 
