@@ -17,9 +17,9 @@ from conftest import (ROOT, assert_close_f32, build_classifier, config_joins,
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
-from mmlape.models.checkpoint import (convert_swin_backbone,
-                                      convert_swin_checkpoint,
-                                      detect_swin_format)
+from mmlape.models.checkpoint.swin import (convert_swin_backbone,
+                                           convert_swin_checkpoint,
+                                           detect_swin_format)
 
 TINY = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 IMG, WS = 64, 4  # stage grids 16, 8, 4 (= a window), 2 (padded)
@@ -483,11 +483,12 @@ def test_official_checkpoint_converts_and_matches_reference(tmp_path):
     torch.save(official, path)
     converted = str(tmp_path / 'converted.pth')
     spec = importlib.util.spec_from_file_location(
-        'swin_to_mmlape', osp.join(ROOT, 'tools/convert/swin_to_mmlape.py'))
+        'to_mmlape', osp.join(ROOT, 'tools/convert/to_mmlape.py'))
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    assert tool.main([path, converted]) == 0
-    assert tool.main([path, converted]) == 2  # never overwrites silently
+    assert tool.main(['--family', 'swin', path, converted]) == 0
+    # never overwrites silently
+    assert tool.main(['--family', 'swin', path, converted]) == 2
     for file, prefix in ((path, None), (converted, 'backbone.')):
         loaded = tiny(
             'Default',

@@ -200,9 +200,9 @@ def read_official_run(checkpoint: Any) -> Optional[OfficialRun]:
 
     The official ``main.py`` stores its ``argparse.Namespace`` as ``args``
     (mmlape's safe loading restores it, see :mod:`mmlape.utils.safe_load`);
-    a file converted by ``tools/convert/vit_to_mmlape.py`` keeps the run in
-    ``meta['official_lape']``. ``args`` without ``pe`` (e.g. a plain DeiT
-    run's) record no LaPE run.
+    a file converted by ``tools/convert/to_mmlape.py --family vit`` keeps
+    the run in ``meta['official_lape']``. ``args`` without ``pe`` (e.g. a
+    plain DeiT run's) record no LaPE run.
 
     Args:
         checkpoint: The loaded file.

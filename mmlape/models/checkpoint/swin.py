@@ -15,8 +15,8 @@ merging), with ``pos_embed`` for the absolute PE and an output norm
 ``norm{s}`` per output stage (mmpretrain's convention; the official final
 ``norm`` is ``norm{last}``). mmpretrain's ``SwinTransformer`` merges patches
 with ``nn.Unfold``, whose channel order differs: its merging norm and
-reduction are permuted here. ``tools/convert/swin_to_mmlape.py`` writes the
-converted file (:func:`convert_swin_checkpoint`).
+reduction are permuted here. ``tools/convert/to_mmlape.py --family swin``
+writes the converted file (:func:`convert_swin_checkpoint`).
 """
 import math
 import re
@@ -262,7 +262,7 @@ class SwinCheckpoints(CheckpointFamily):
 SWIN = SwinCheckpoints()
 
 #: A whole Swin checkpoint to an mmlape one
-#: (``tools/convert/swin_to_mmlape.py``; see
+#: (``tools/convert/to_mmlape.py --family swin``; see
 #: :meth:`~.common.CheckpointFamily.convert_checkpoint`): an official
 #: classifier ``head.*`` goes to ``head.fc`` (``head='linear'``) or nowhere
 #: (``'none'``).

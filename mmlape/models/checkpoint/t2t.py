@@ -12,7 +12,7 @@ tensor of the model's state dict, as upstream keeps it, so a file's
 rebuilds its fixed PE) and fitted to the model's grid like a learnable PE:
 a T2T-ViT checkpoint at another image size gives the model the stored table
 resized, as upstream does, not a table rebuilt for the new grid. A file
-converted without its table (``tools/convert/vit_family_to_mmlape.py``
+converted without its table (``tools/convert/to_mmlape.py --family vit-family``
 drops it) gets the table of the model's own grid.
 """
 from collections import OrderedDict

@@ -28,7 +28,7 @@ files :mod:`.vit_family` converts first):
    the class-token row, and refuse what cannot fit with a message that names
    the problem.
 
-``tools/convert/vit_to_mmlape.py`` writes the converted file
+``tools/convert/to_mmlape.py --family vit`` writes the converted file
 (:func:`convert_checkpoint`).
 """
 import re
@@ -518,9 +518,9 @@ class ViTCheckpoints(CheckpointFamily):
     def backbone_state(self, checkpoint: Mapping,
                        prefix: Optional[str]) -> Dict[str, Tensor]:
         """The backbone keys of a loaded file; an official T2T-ViT / CeiT /
-        ViT-Lite / CCT file is first converted as
-        ``tools/convert/vit_family_to_mmlape.py`` converts it (T2T-ViT's
-        EMA weights; ``prefix`` does not apply to such a file)."""
+        ViT-Lite / CCT file is first converted as the ``vit-family``
+        converter does (T2T-ViT's EMA weights; ``prefix`` does not apply to
+        such a file)."""
         family = VIT_FAMILY.detect(VIT_FAMILY.read(checkpoint, False))
         if not family:
             return super().backbone_state(checkpoint, prefix)
@@ -536,7 +536,7 @@ class ViTCheckpoints(CheckpointFamily):
 VIT = ViTCheckpoints()
 
 #: A whole ViT checkpoint to an mmlape one
-#: (``tools/convert/vit_to_mmlape.py``; see
+#: (``tools/convert/to_mmlape.py --family vit``; see
 #: :meth:`~.common.CheckpointFamily.convert_checkpoint`): a timm classifier
 #: goes to ``head.layers.head`` (``head='vit'``), ``head.fc``
 #: (``'linear'``) or nowhere (``'none'``); a distilled DeiT's ``head_dist``

@@ -14,7 +14,7 @@ These models are archs of :class:`~mmlape.models.backbones.LaPEViT`, so
 their files are ViT checkpoints in other layouts: this module only detects
 and renames them (:data:`VIT_FAMILY`); the ViT path (:mod:`.vit`) converts
 such a file first and then checks, fits and loads it as any ViT checkpoint.
-``tools/convert/vit_family_to_mmlape.py`` writes the converted file
+``tools/convert/to_mmlape.py --family vit-family`` writes the converted file
 (:func:`convert_vit_family_checkpoint`).
 """
 import re
@@ -225,7 +225,7 @@ class ViTFamilyLayouts(CheckpointFamily):
 VIT_FAMILY = ViTFamilyLayouts()
 
 #: A whole official checkpoint of the ViT family to an mmlape one
-#: (``tools/convert/vit_family_to_mmlape.py``; see
+#: (``tools/convert/to_mmlape.py --family vit-family``; see
 #: :meth:`~.common.CheckpointFamily.convert_checkpoint`): the classifier goes
 #: to ``head.layers.head`` (``head='vit'``, mmlape's configs), ``head.fc``
 #: (``'linear'``) or nowhere (``'none'``); ``use_ema=True`` (the default)
