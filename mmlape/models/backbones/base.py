@@ -1,21 +1,11 @@
-"""The one base of mmlape's backbones.
+"""The one base of mmlape's backbones: the eval-mode PE plan cache, the
+checkpoint hooks (the family of :mod:`mmlape.models.checkpoint` does the
+work) and the generic initialisation.
 
 References:
-    mmengine's ``BaseModule`` (``init_cfg``), mmpretrain's backbones for
-    ``out_indices``; timm's ``checkpoint_filter_fn`` for a model that only
-    calls a pure checkpoint filter.
-
-Everything the backbones (:class:`~mmlape.models.backbones.LaPEViT` and the
-backbones built on it, :class:`~mmlape.models.backbones.LaPESwin`) share is
-written here once: the eval-mode PE plan cache
-(:class:`~mmlape.models.layers.pe_plan.PEPlanCache`, bypassed under
-``torch.compile``), the checkpoint hooks (the ``load_state_dict`` pre-hook
-that fits a checkpoint, :meth:`LaPEBackbone.load_pretrained` for
-``init_cfg=dict(type='Pretrained', ...)``; the checkpoint family of
-:mod:`mmlape.models.checkpoint` does the work), and the generic
-initialisation. A backbone describes itself: its plan
-(:meth:`LaPEBackbone._build_plan`), the tensors the plan depends on, its
-checkpoint spec and its specialised starting values.
+    mmengine's ``BaseModule`` (``init_cfg``); mmpretrain's backbones for
+    ``out_indices``; timm's ``checkpoint_filter_fn`` (a pure filter the
+    model calls).
 """
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -199,19 +189,12 @@ class LaPEBackbone(BaseModule):
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
         """The PE plan for a patch grid ``hw``.
 
-        In eval mode with autograd off, plans are cached per grid (the
-        ``plan_cache_size`` most recent grids, for test sets of many image
-        sizes) and rebuilt when a tensor they depend on changes: an in-place
-        update bumps its version, a replaced tensor (a new ``Parameter``, a
-        new ``.data``, ``.to()``) has other storage, whose address the
-        cache keeps from being reused (see
-        :class:`~mmlape.models.layers.pe_plan.PEPlanCache`). Writes through
-        ``.data`` bypass PyTorch's version counter, so nothing without a
-        host read can see them; :meth:`train` and ``eval()`` empty the
-        cache, which is what mmengine's loops (and EMA swaps before them)
-        go through. Under ``torch.compile`` the cache is bypassed: its
-        pointer comparison would break the graph, and a compiled graph
-        computes the plan as part of itself.
+        In eval mode with autograd off, plans are cached per grid and
+        rebuilt when a tensor they depend on changes
+        (:class:`~mmlape.models.layers.pe_plan.PEPlanCache`); writes through
+        ``.data`` bypass PyTorch's version counter, so :meth:`train` and
+        ``eval()`` empty the cache. Under ``torch.compile`` the cache is
+        bypassed (its pointer comparison would break the graph).
         """
         hw = tuple(hw)
         if (self.cache_pe_plan and not self.training

@@ -1,16 +1,12 @@
-"""mmdet's and mmseg's Swin Transformer signature on :class:`LaPESwin`.
+"""mmdet's and mmseg's ``SwinTransformer`` signature on :class:`LaPESwin`.
 
 References:
     mmdet 3.3.0's and mmseg 1.2.2's ``SwinTransformer`` (one signature:
-    their arguments, defaults, padding, freezing and outputs); Liu et al.,
-    "Swin Transformer", ICCV 2021.
+    arguments, defaults, padding, freezing, outputs).
 
-:class:`LaPEDenseSwin` only translates: the hosts' arguments become
-:class:`~mmlape.models.backbones.LaPESwin`'s (``embed_dims``/``depths``/
-``num_heads`` an arch, ``patch_norm`` the norms of the patch embedding and
-merging, ``pretrain_img_size`` the PE grid; windows always padded and
-shifted, as the hosts do), and its freezing is the hosts'. Blocks, PE joins
-and checkpoints (the hosts' key names are mmpretrain's) are LaPESwin's.
+:class:`LaPEDenseSwin` only translates the hosts' arguments and freezes as
+they do; blocks, PE joins and checkpoints (the hosts' key names are
+mmpretrain's) are LaPESwin's.
 """
 from typing import Dict, Optional, Sequence, Union
 

@@ -1,17 +1,11 @@
-"""mmseg's Vision Transformer signature on :class:`LaPEViT`'s machinery.
+"""mmseg's ``VisionTransformer`` signature on :class:`LaPEViT`.
 
 References:
-    mmseg 1.2.2's ``VisionTransformer`` (its arguments, defaults and
-    outputs: feature maps, optional ``[featmap, cls_token]`` pairs and the
-    ``out_origin`` embedding); ViT (Dosovitskiy et al., 2021) and Segmenter
-    (Strudel et al., ICCV 2021) for the models mmseg builds with it.
+    mmseg 1.2.2's ``VisionTransformer`` (arguments, defaults, outputs);
+    ViT and Segmenter (Strudel et al., ICCV 2021).
 
-:class:`LaPESegViT` only translates: mmseg's arguments become
-:class:`~mmlape.models.backbones.LaPEViT`'s (``mlp_ratio`` a feed-forward
-width, ``patch_pad``/``patch_norm``/``patch_bias`` the ``Patch``
-tokenizer's options, ``act_cfg``/``num_fcs`` the blocks'), and its two
-output hooks shape what mmseg returns. Blocks, PE joins and checkpoints are
-LaPEViT's.
+:class:`LaPESegViT` only translates mmseg's arguments and shapes its
+outputs; blocks, PE joins and checkpoints are LaPEViT's.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 

@@ -1,22 +1,16 @@
-"""The one Vision Transformer backbone of mmlape, with pluggable PE joins.
+"""The one Vision Transformer of mmlape, with pluggable PE joins.
 
 References:
-    ViT (Dosovitskiy et al., 2021), DeiT (Touvron et al., 2021), LaPE
-    (Yu et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025); mmpretrain's
-    ``VisionTransformer`` for the output types, ``out_indices`` and
-    ``get_layer_depth`` conventions that OpenMMLab tools expect.
-    T2T-ViT (Yuan et al., ICCV 2021), CeiT (Wu et al., ICCV 2021), ViT-Lite
-    and CCT (Hassani et al., 2021) and their official code for the other
-    members of the arch zoo.
+    ViT (Dosovitskiy et al., 2021), DeiT (Touvron et al., 2021), LaPE (Yu
+    et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025); mmpretrain's
+    ``VisionTransformer`` (arguments, output types, ``get_layer_depth``);
+    T2T-ViT, CeiT, ViT-Lite and CCT and their official code for the other
+    archs (:mod:`.vit_arch`).
 
-DeiT (classification, mmpretrain) and Segmenter (segmentation, mmseg) are this
-backbone with different outputs; ViT-Adapter subclasses it. T2T-ViT, CeiT,
-ViT-Lite and CCT are this backbone with other parts: a tokenizer
-(:mod:`~mmlape.models.layers.tokenizers`), an FFN
-(:mod:`~mmlape.models.layers.ffn`) and a pooling
-(:mod:`~mmlape.models.layers.pooling`), each chosen by config; the archs
-and the checks of these options are in :mod:`.vit_arch`. The only loop
-over encoder blocks is :meth:`LaPEViT.forward_blocks`.
+DeiT, Segmenter, ViT-Adapter and the T2T-ViT/CeiT/ViT-Lite/CCT archs are
+this backbone with other outputs or parts (tokenizer, FFN, pooling, chosen
+by config). The only loop over encoder blocks is
+:meth:`LaPEViT.forward_blocks`.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 

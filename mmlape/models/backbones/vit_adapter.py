@@ -3,27 +3,13 @@
 References:
     Chen et al., "Vision Transformer Adapter for Dense Predictions", ICLR
     2023, and its official code (hyperparameters, window attention, layer
-    scale, the pyramid fusion; the detection code feeds the pyramid from the
-    last ViT stage, the segmentation code from each interaction).
-
-The pyramid hands mmdet and mmseg contiguous NCHW maps. Reshaped from the
-token sequence, a map is a channels-last view; batch norm and the FPN's
-convolutions keep that layout, and on CPU mmcv's ``RoIAlign`` reads its
-input as contiguous NCHW memory, so every RoI feature of Mask R-CNN came out
-scrambled and the detector never learnt to detect (issue 16; README, "Do
-the dense models learn?"). The official code makes its maps contiguous too.
+    scale, the pyramid fusion; its detection code feeds the pyramid from
+    the last ViT stage, its segmentation code from each interaction).
 
 The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
-interaction, with the PE plan of the backbone's join: LaPE/PVG reach the
-blocks exactly as in the classifier. ViT-Adapter has no final ViT norm, so an
-MPVG-pretrained DeiT can be fine-tuned in two ways (docs/recipes.md, "MPVG in
-ViT-Adapter"): (a) the PVG join alone (the checkpoint's ``norm`` and
-``pe_join.last_norm`` are logged as unused), or (b) ``pe_join='MPVG'`` with
-``final_norm=True``: the last ViT output gets ``LN(x_L) + LN'_last(pos_0)``
-(:meth:`LaPEViT.final`) before the pyramid adds it.
-
-The adapter's own modules start as in the official code, generic first and
-specialised last (:func:`~mmlape.models.layers.adapter.init_adapter_weights`).
+interaction, under the join's plan. The ways to fine-tune an MPVG
+checkpoint without a final ViT norm: docs/recipes.md, "MPVG in
+ViT-Adapter".
 """
 from typing import Any, Dict, List, Literal, Optional, Sequence, Union
 

@@ -1,18 +1,11 @@
 """The arch zoo of :class:`~mmlape.models.backbones.LaPEViT` and the checks
-of its config-level options.
+of its config-level options (``arch``, ``tokenizer``, ``pooling``,
+mmpretrain's ``patch_cfg`` and ``layer_cfgs``), with one-line errors that
+name the option.
 
 References:
-    DeiT (Touvron et al., 2021), T2T-ViT (Yuan et al., ICCV 2021), CeiT (Wu
-    et al., ICCV 2021), ViT-Lite and CCT (Hassani et al., 2021) and their
-    official code for the settings of each arch.
-
-An arch is a dict of the four keys every ViT has (:data:`ARCH_KEYS`) plus
-the settings it fixes (:data:`ARCH_OPTIONS`): defaults of constructor
-arguments, and settings of the original model that have no argument of
-their own. The helpers below turn an ``arch``, ``tokenizer`` or ``pooling``
-argument into what the backbone builds, with one-line errors that name the
-option; the backbone (:mod:`~mmlape.models.backbones.vit`) builds the
-modules.
+    DeiT, T2T-ViT, CeiT, ViT-Lite and CCT and their official code for the
+    settings of each arch; mmpretrain's ``VisionTransformer`` archs.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
@@ -84,77 +77,55 @@ MMPRETRAIN_VIT_ARCHS = {
     **dict.fromkeys(('dinov2-g', 'dinov2-giant'), _vit(1536, 40, 24, 6144)),
 }
 
+#: Compact-Transformers' 7-layer encoder (ViT-Lite, CCT): 32x32 inputs, the
+#: FFN residual from the normalised stream, no qkv bias, PE std 0.2.
+_COMPACT = dict(
+    _vit(256, 7, 4, 512),
+    img_size=32,
+    qkv_bias=False,
+    norm_cfg=LN5,
+    norm2_in_residual=True,
+    pos_embed_std=0.2)
+
 #: The archs by name (``LaPEViT.arch_zoo``): mmpretrain's, then mmlape's.
 VIT_ARCH_ZOO = {
     **MMPRETRAIN_VIT_ARCHS,
-    # T2T module with Performer token layers; fixed 1D sinusoidal PE;
-    # no qkv bias; LayerNorm eps 1e-5.
+    # T2T module with Performer token layers, fixed 1D sin-cos PE
     't2t-vit-7':
     dict(
-        embed_dims=256,
-        num_layers=7,
-        num_heads=4,
-        feedforward_channels=512,
+        _vit(256, 7, 4, 512),
         tokenizer=dict(type='T2T', token_dims=64, attention='performer'),
         pe_type='sincos1d',
         qkv_bias=False,
         norm_cfg=LN5,
         gap_norm=False),
-    # Image-to-Tokens stem, LeFF in every block, LCA over the 12 class
-    # tokens.
+    # Image-to-Tokens stem, LeFF in every block, LCA over the class tokens
     'ceit-tiny':
     dict(
-        embed_dims=192,
-        num_layers=12,
-        num_heads=3,
-        feedforward_channels=768,
+        _vit(192, 12, 3, 768),
         tokenizer=dict(type='I2T', conv_channels=64, patch_size=4),
         ffn=dict(type='LeFF', kernel_size=3),
         out_type='pooled',
         pooling=dict(type='LCA'),
         norm_cfg=LN6),
-    # Compact-Transformers: 4x4 patches (Kaiming-normal) on 32x32, the
-    # FFN residual from the normalised stream, no qkv bias, PE std 0.2,
-    # class token starting at zero.
+    # 4x4 patches (Kaiming-normal), class token starting at zero
     'vit-lite-7/4':
     dict(
-        embed_dims=256,
-        num_layers=7,
-        num_heads=4,
-        feedforward_channels=512,
-        img_size=32,
+        _COMPACT,
         tokenizer=dict(
             type='Patch', patch_size=4, weight_init='kaiming_normal'),
-        qkv_bias=False,
-        norm_cfg=LN5,
-        norm2_in_residual=True,
-        pos_embed_std=0.2,
         cls_token_std=0.),
-    # As ViT-Lite-7/4 with one 3x3 conv + max-pool tokenizer and
-    # sequence pooling instead of a class token.
+    # one 3x3 conv + max-pool tokenizer, sequence pooling, no class token
     'cct-7/3x1':
     dict(
-        embed_dims=256,
-        num_layers=7,
-        num_heads=4,
-        feedforward_channels=512,
-        img_size=32,
+        _COMPACT,
         tokenizer=dict(type='Conv', num_layers=1, kernel_size=3),
         with_cls_token=False,
         out_type='pooled',
-        pooling=dict(type='SeqPool'),
-        qkv_bias=False,
-        norm_cfg=LN5,
-        norm2_in_residual=True,
-        pos_embed_std=0.2),
-    # Refuses inputs that are not a whole number of patches.
+        pooling=dict(type='SeqPool')),
+    # refuses inputs that are not a whole number of patches
     'test-tiny':
-    dict(
-        embed_dims=64,
-        num_layers=4,
-        num_heads=2,
-        feedforward_channels=256,
-        tokenizer=dict(type='Patch', padding=None)),
+    dict(_vit(64, 4, 2, 256), tokenizer=dict(type='Patch', padding=None)),
 }
 
 

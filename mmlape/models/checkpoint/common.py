@@ -1,29 +1,15 @@
 """The checkpoint path every backbone family fills in.
 
 References:
-    timm's ``checkpoint_filter_fn`` (a pure filter beside the model, which
-    the model merely calls) and mmengine's ``CheckpointLoader`` (how a file
-    is read; mmlape makes it safe, see :mod:`mmlape.utils.safe_load`).
+    timm's ``checkpoint_filter_fn`` (a pure filter beside the model) and
+    mmengine's ``CheckpointLoader`` (made safe by
+    :mod:`mmlape.utils.safe_load`).
 
-A checkpoint reaches an mmlape backbone in the same steps whatever its
-family (:class:`CheckpointFamily`):
-
-1. **read**: the state dict inside the file (``state_dict`` / ``model``, no
-   DDP ``module.`` prefix), and its backbone part (``prefix``);
-2. **detect** and **convert**: name the source layout and rename its keys to
-   mmlape's (:class:`Converted`; a bare model's classifier is kept aside);
-3. **check**: refuse a checkpoint of another PE join, or one whose file
-   records another model (the official LaPE code's ``args``);
-4. **fit**: the backbone's ``load_state_dict`` pre-hook fits the PE to the
-   model's grid, so every route (``init_cfg``, ``load_from``, resume) is
-   fitted;
-5. **load** and report what was missing, unexpected or new.
-
-A family (:mod:`.vit`, :mod:`.swin`) fills in detect, convert, check and
-fit; the reading, the whole-checkpoint conversion with its head mapping
-(``tools/convert/*``) and the load with its report are written here once.
-The backbone only describes itself (``checkpoint_spec()``) and names its
-family (see :class:`~mmlape.models.backbones.base.LaPEBackbone`).
+Every family (:class:`CheckpointFamily`) goes the same way: read the state
+dict and its backbone part; detect the layout and convert it to mmlape's
+names; check it against the join and the model the file records; fit it in
+the backbone's ``load_state_dict`` pre-hook (so every route is fitted);
+load and report what was missing, unexpected or new.
 """
 import math
 import re

@@ -1,22 +1,14 @@
 """Swin checkpoint layouts, their conversion to mmlape, and the fit.
 
 References:
-    The official Swin code (microsoft/Swin-Transformer: its key layout, the
-    channel order of patch merging, ``absolute_pos_embed``, the final
-    ``norm``, a classifier ``head``) and mmpretrain's ``SwinTransformer``
-    (``stages.{s}.blocks.{j}.attn.w_msa``, patch merging with
-    ``nn.Unfold``).
+    The official Swin code (microsoft/Swin-Transformer: key layout, the
+    channel order of patch merging) and mmpretrain's ``SwinTransformer``
+    (``stages.{s}.blocks.{j}.attn.w_msa``, merging by ``nn.Unfold``), whose
+    names mmdet's and mmseg's share.
 
-The Swin part of the path of :mod:`.common`, for
-:class:`~mmlape.models.backbones.LaPESwin`. mmlape's Swin keeps the official
-key layout (``layers.{s}.blocks.{j}.attn.qkv``,
-``layers.{s}.downsample.reduction``, the official channel order of patch
-merging), with ``pos_embed`` for the absolute PE and an output norm
-``norm{s}`` per output stage (mmpretrain's convention; the official final
-``norm`` is ``norm{last}``). mmpretrain's ``SwinTransformer`` merges patches
-with ``nn.Unfold``, whose channel order differs: its merging norm and
-reduction are permuted here. ``tools/convert/to_mmlape.py --family swin``
-writes the converted file (:func:`convert_swin_checkpoint`).
+mmlape's Swin keeps the official layout with ``pos_embed`` and one output
+norm ``norm{s}`` per output stage; mmpretrain's merging norm and reduction
+are permuted to the official channel order.
 """
 import math
 import re

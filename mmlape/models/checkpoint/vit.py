@@ -2,34 +2,16 @@
 
 References:
     The official DeiT and LaPE code (timm names; the distilled DeiT's
-    ``dist_token``, 198-row ``pos_embed`` and ``head_dist``; the LaPE code's
-    2D relative PE with ``blocks.{i}.attn.pe_norm`` and a stored
-    ``relative_position_index``; ``pos_embed{i}`` of the unshared PE), the
-    official ViT-Adapter detection and segmentation code (the backbone keeps
-    DeiT's ``1 + N``-row ``pos_embed`` but has no class token and never uses
-    row 0), mmpretrain's ``VisionTransformer`` / ``DistilledVisionTransformer``
-    and mmseg's ``VisionTransformer`` (their key names).
+    ``dist_token`` and PE row), the official ViT-Adapter (DeiT's ``1 + N``
+    PE rows without a class token), mmpretrain's and mmseg's
+    ``VisionTransformer`` (their key names).
 
-The ViT's part of the path of :mod:`.common`, for
-:class:`~mmlape.models.backbones.LaPEViT` and everything built on it
-(Segmenter, ViT-Adapter, the T2T-ViT/CeiT/ViT-Lite/CCT archs, whose official
-files :mod:`.vit_family` converts first):
-
-1. :func:`detect_layout` names the layout: the key naming and, row by row,
-   what the extra (non-patch) rows of ``pos_embed`` are. The layout, not the
-   presence of a ``cls_token`` key, decides how many extra rows there are
-   (a distilled DeiT has two, the official ViT-Adapter one unused row and no
-   class token).
-2. :func:`convert_layout` renames the keys to mmlape's and keeps only the
-   rows an mmlape model can use: a class-token row (when the source has a
-   class token) followed by the patch rows.
-3. :func:`fit_pos_embed` and :meth:`ViTCheckpoints.check` fit the result to
-   one backbone (:class:`ViTSpec`): resize the patch grid, drop or add
-   the class-token row, and refuse what cannot fit with a message that names
-   the problem.
-
-``tools/convert/to_mmlape.py --family vit`` writes the converted file
-(:func:`convert_checkpoint`).
+For :class:`~mmlape.models.backbones.LaPEViT` and everything built on it:
+:func:`detect_layout` names the layout (the naming and what each extra PE
+row is: the layout, not a ``cls_token`` key, decides);
+:func:`convert_layout` renames the keys and keeps a class-token row and the
+patch rows; :func:`fit_pos_embed` and :meth:`ViTCheckpoints.check` fit the
+result to one backbone (:class:`ViTSpec`) or refuse it, naming why.
 """
 import re
 from collections import OrderedDict

@@ -1,37 +1,17 @@
 """Position-embedding joins: how the PE reaches each encoder layer.
 
 References:
-    ``default``: ViT/DeiT (PE added to the tokens once, at the input).
-    ``share``/``unshare``: the baselines of the LaPE paper (the PE enters
-    the residual stream at every layer; one PE, or one per layer).
-    ``LaPE``: Yu et al., "LaPE: Layer-adaptive Position Embedding for Vision
-    Transformers with Independent Layer Normalization", ICCV 2023.
-    ``PVG``/``MPVG``: Lee, Ham, Kim, "Position Vector Guidance ..." (layer-
-    wise PE from layer 1 on, GAP, and for MPVG the PE added again at the
-    last LayerNorm), AAAI 2025.
-    The equations of every join, in the code's names: docs/methods.md.
+    ``Default``: ViT/DeiT. ``Share``/``Unshare``: the LaPE paper's
+    baselines. ``LaPE``: Yu et al., "LaPE: Layer-adaptive Position
+    Embedding for Vision Transformers with Independent Layer
+    Normalization", ICCV 2023. ``PVG``/``MPVG``: Lee, Ham, Kim, "Position
+    Vector Guidance ...", AAAI 2025. The equations, in the code's names:
+    docs/methods.md.
 
-A join is chosen by config (``pe_join=dict(type='LaPE', ...)``) and does one
-thing: it turns the raw position embedding into a
-:class:`~mmlape.models.layers.pe_plan.PEPlan`, which says what is added
-where in one forward pass. The backbone runs the plan
-(:meth:`mmlape.models.backbones.LaPEViT.forward_blocks`); no other code
-knows which join is in use. A plan depends on the weights and on the patch
-grid, never on the image, so in eval mode the backbone computes it once per
-grid and reuses it (:class:`~mmlape.models.layers.pe_plan.PEPlanCache`).
-
-A staged backbone (Swin: patch merging changes the grid and the width
-between stages) describes its stages to the join (the ``stages`` context
-argument) and hands the join's ``plan`` a ``carry`` hook that moves a PE
-across one stage boundary. The join decides what is carried and where; the
-backbone only knows how to cross a boundary. A plain ViT has one stage and
-no hook. What every join is given and provides is the base class,
-:class:`~mmlape.models.layers.pe_join_base.BasePEJoin`.
-
-The per-layer PE norms ``LN'_l`` are created by the join but stored on the
-blocks (``blocks.{l}.pe_norm``, the state-dict name of the LaPE code), so
-that layer-wise lr decay, freezing and checkpoint tools that key on
-``blocks.{l}`` treat them as part of their layer.
+A join turns the raw PE into a :class:`~.pe_plan.PEPlan` (what is added
+where in one forward pass); the backbone runs the plan and knows no join.
+Its per-layer PE norms are stored on the blocks (``blocks.{l}.pe_norm``,
+the LaPE code's name), so that tools keyed on ``blocks.{l}`` see them.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 

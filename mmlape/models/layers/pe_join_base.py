@@ -1,14 +1,8 @@
-"""The base of the position-embedding joins: what every join is given and
-what it must provide.
+"""The base of the joins: what every join is given and declares.
 
-A join (:mod:`~mmlape.models.layers.pe_join`) subclasses
-:class:`BasePEJoin`: it sets the class attributes that the backbones and
-the tools read (PE types, class token, stages, final-norm term, configs),
-and overrides :meth:`BasePEJoin.plan` and, with per-layer PE norms,
-:meth:`BasePEJoin.build_layer_norm`. The base checks the backbone's
-context arguments, keeps the stage of every layer and carries a PE across
-stage boundaries through the backbone's hook. The equations of every join,
-in the code's names: docs/methods.md.
+A join sets the class attributes the backbones and tools read (PE types,
+class token, stages, what it needs) and overrides :meth:`BasePEJoin.plan`
+and, with per-layer PE norms, :meth:`BasePEJoin.build_layer_norm`.
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 

@@ -1,13 +1,8 @@
 """The PE plan: what a join hands a backbone for one forward pass.
 
-A join (:mod:`~mmlape.models.layers.pe_join`) turns the raw position
-embedding into a :class:`PEPlan`; the backbone runs it, giving each block
-its :class:`LayerPE` bundle (``blk(x, hw, pe)``). A plan depends on the
-weights and on the patch grid, never on the image, so in eval mode the
-backbone computes it once per grid and reuses it (:class:`PEPlanCache`). A
-staged backbone moves a PE across a stage boundary with a :data:`CarryFn`
-hook that it hands the join. The equations of every join, in the code's
-names: docs/methods.md.
+A :class:`PEPlan` gives each block its :class:`LayerPE` bundle
+(``blk(x, hw, pe)``). It depends on the weights and the patch grid, never
+on the image, so in eval mode it is cached per grid (:class:`PEPlanCache`).
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
