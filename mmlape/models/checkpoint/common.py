@@ -357,6 +357,23 @@ class CheckpointFamily:
         return select_backbone(self.read(checkpoint), prefix)
 
     # -- the same for every family ------------------------------------------
+    def check_format(self, fmt: Optional[str]) -> Optional[str]:
+        """``fmt`` when it is None or one of :attr:`formats`."""
+        if fmt is not None and fmt not in self.formats:
+            raise ValueError(f'Unknown {self.name} checkpoint format '
+                             f'{fmt!r}; choose one of {list(self.formats)}')
+        return fmt
+
+    def convert_backbone(self,
+                         state_dict: Mapping,
+                         fmt: Optional[str] = None) -> Dict[str, Tensor]:
+        """The backbone keys of a state dict (a ``backbone.`` prefix
+        selects them from a whole model) of format ``fmt`` (one of
+        :attr:`formats`; detected when None), in mmlape's names and without
+        prefix."""
+        fmt = fmt or self.detect(state_dict)
+        return self.convert(select_backbone(state_dict), fmt).state_dict
+
     def convert_checkpoint(self,
                            checkpoint: Mapping,
                            fmt: Optional[str] = None,

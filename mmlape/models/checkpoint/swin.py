@@ -142,22 +142,6 @@ _SWIN_CONVERTERS = {
 }
 
 
-def convert_swin_backbone(state_dict: Mapping,
-                          fmt: Optional[str] = None) -> Dict[str, Tensor]:
-    """Swin backbone keys of any known layout, as mmlape names them.
-
-    Args:
-        state_dict (Mapping): A state dict; a ``backbone.`` prefix selects
-            the backbone part of a whole model.
-        fmt (str, optional): One of :data:`SWIN_FORMATS`; detected when None.
-
-    Returns:
-        dict: mmlape backbone keys, without prefix.
-    """
-    fmt = fmt or detect_swin_format(state_dict)
-    return SWIN.convert(select_backbone(state_dict), fmt).state_dict
-
-
 # ----------------------------------------------------------------------
 # fitting a Swin checkpoint to one LaPESwin
 @dataclass(frozen=True)
@@ -199,10 +183,7 @@ class SwinCheckpoints(CheckpointFamily):
     def convert(self,
                 state_dict: Mapping,
                 fmt: Optional[str] = None) -> Converted:
-        fmt = fmt or detect_swin_format(state_dict)
-        if fmt not in _SWIN_CONVERTERS:
-            raise ValueError(f'Unknown Swin checkpoint format {fmt!r}; choose'
-                             f' one of {list(SWIN_FORMATS)}')
+        fmt = self.check_format(fmt) or detect_swin_format(state_dict)
         head = OrderedDict()
         if fmt == 'official':  # its classifier
             head = OrderedDict((suffix, state_dict['head.' + suffix])
@@ -252,6 +233,9 @@ class SwinCheckpoints(CheckpointFamily):
 
 #: The Swin checkpoint path.
 SWIN = SwinCheckpoints()
+#: Backbone keys of any layout the path reads, in mmlape's names
+#: (see :meth:`~.common.CheckpointFamily.convert_backbone`).
+convert_swin_backbone = SWIN.convert_backbone
 
 #: A whole Swin checkpoint to an mmlape one
 #: (``tools/convert/to_mmlape.py --family swin``; see

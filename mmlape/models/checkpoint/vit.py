@@ -285,26 +285,6 @@ def convert_layout(state_dict: Mapping,
     return Converted(sd, layout, notes)
 
 
-def convert_backbone(state_dict: Mapping,
-                     fmt: Optional[str] = None) -> Dict[str, Tensor]:
-    """Backbone keys of any known layout, as mmlape names and lays them out.
-
-    Args:
-        state_dict (Mapping): A state dict; a ``backbone.`` prefix selects
-            the backbone part of a whole model.
-        fmt (str, optional): One of :data:`FORMATS`; detected when None.
-
-    Returns:
-        dict: mmlape backbone keys, without prefix.
-    """
-    if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f'Unknown checkpoint format {fmt!r}; choose one of '
-                         f'{list(FORMATS)}')
-    fmt = fmt or detect_format(state_dict)
-    sd = select_backbone(state_dict)
-    return convert_layout(sd, detect_layout(sd, fmt)).state_dict
-
-
 # ----------------------------------------------------------------------
 # step 3: fit one backbone
 def fit_pos_embed(src: Tensor,
@@ -368,9 +348,7 @@ class ViTCheckpoints(CheckpointFamily):
                 state_dict: Mapping,
                 fmt: Optional[str] = None,
                 pe_type: Optional[str] = None) -> Converted:
-        if fmt is not None and fmt not in FORMATS:
-            raise ValueError(f'Unknown checkpoint format {fmt!r}; choose one '
-                             f'of {list(FORMATS)}')
+        self.check_format(fmt)
         conv = convert_layout(state_dict, detect_layout(state_dict, fmt),
                               pe_type)
         # a bare timm-named model's classifier
@@ -516,6 +494,9 @@ class ViTCheckpoints(CheckpointFamily):
 
 #: The ViT's checkpoint path.
 VIT = ViTCheckpoints()
+#: Backbone keys of any layout the path reads, in mmlape's names
+#: (see :meth:`~.common.CheckpointFamily.convert_backbone`).
+convert_backbone = VIT.convert_backbone
 
 #: A whole ViT checkpoint to an mmlape one
 #: (``tools/convert/to_mmlape.py --family vit``; see
