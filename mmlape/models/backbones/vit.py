@@ -83,10 +83,11 @@ class LaPEViT(LaPEBackbone):
             ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
             ``norm_cfg``, ``layer_scale_init_value``, ``act_cfg``
             (``num_fcs=2``, ``ffn_type='origin'``). Defaults to None.
-        pe_join (dict | str, optional): The join, e.g.
-            ``dict(type='LaPE', hierarchical=True)``; one of ``Default``,
-            ``Share``, ``Unshare``, ``LaPE``, ``PVG``, ``MPVG``. Defaults to
-            ``Default``.
+        pe_join (dict | str | type, optional): The join, e.g.
+            ``dict(type='LaPE', hierarchical=True)``, a registered name (any
+            case) or a join class (see
+            :func:`~mmlape.models.layers.pe_join.resolve_pe_join`).
+            Defaults to ``Default``.
         pe_type (str, optional): ``learnable``, ``sincos1d``, ``sincos2d``
             or ``relative``. Defaults to ``learnable``.
         with_cls_token (bool, optional): Prepend a class token. Defaults to
