@@ -1,26 +1,17 @@
 """The ``mmlape`` registry scope and its bridge to the host libraries.
 
 References:
-    mmengine's hierarchical registries: a scoped registry (``mmdet``,
-    ``mmseg``, ``mmpretrain``) looks a name up in itself and then in its
-    parents, up to mmengine's root registry; ``_scope_`` in a config dict
-    switches the scope a dict is built in.
+    mmengine's hierarchical registries (a scope looks a name up in itself,
+    then in its parents up to mmengine's root; ``_scope_`` switches the
+    scope a dict is built in).
 
-mmlape registers each backbone twice: in its own ``mmlape`` scope (so that
-``type='mmlape.LaPEViT'`` always works) and in mmengine's root ``MODELS``
-registry. The root is the parent of every host scope, so the same class
-resolves by its plain name under ``default_scope='mmpretrain'``, ``'mmdet'``
-and ``'mmseg'`` alike, without mmlape importing those packages. Names
-registered this way carry a ``LaPE`` prefix so that they cannot shadow or be
-shadowed by a host's own classes.
-
-mmlape's configs are host configs (their ``default_scope`` is mmpretrain,
-mmdet or mmseg). When another config inherits one as
-``_base_ = 'mmlape::...'``, mmengine stamps ``_scope_='mmlape'`` on the
-dicts that config defines (pipelines, schedulers, a whole model), so they
-are built in the ``mmlape`` scope. Its registries therefore resolve a name
-they do not hold as the host would: in the innermost default scope other
-than ``mmlape`` (the config's own host), then in mmengine's root.
+Each backbone is registered in the ``mmlape`` scope and in mmengine's root
+``MODELS``, the parent of every host scope, so ``type='LaPEViT'`` resolves
+under ``default_scope`` mmpretrain, mmdet and mmseg alike (the ``LaPE``
+prefix keeps the names apart from the hosts'). The ``mmlape`` registries
+resolve a name they do not hold in the innermost host scope, so configs
+inheriting ``_base_ = 'mmlape::...'`` (whose dicts mmengine stamps with
+``_scope_='mmlape'``) build as the host would.
 """
 from importlib import import_module
 from typing import Callable, Optional, Type

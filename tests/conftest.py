@@ -378,6 +378,16 @@ TINY_BACKBONES = {
                  out_indices=(0, 1, 2, 3),
                  drop_path_rate=0.,
                  use_abs_pos_embed=True)),
+    # mmdet's and mmseg's SwinTransformer signature (no arch)
+    'dense-swin': ('LaPEDenseSwin', 'learnable',
+                   dict(
+                       embed_dims=16,
+                       depths=(2, 2, 2, 2),
+                       num_heads=(1, 2, 2, 4),
+                       pretrain_img_size=64,
+                       window_size=4,
+                       drop_path_rate=0.,
+                       use_abs_pos_embed=True)),
     # mmpretrain's T2T_ViT signature (no arch), its sinusoid a buffer
     't2t-upstream': ('LaPET2TViT', 'sincos1d',
                      dict(
@@ -412,7 +422,7 @@ def backbone_joins(name: str) -> List[str]:
     return [
         join for join, cls in pe_join_classes().items()
         if pe_type in cls.pe_types and (
-            cls_name != 'LaPESwin' or getattr(cls, 'supports_stages', False))
+            'Swin' not in cls_name or getattr(cls, 'supports_stages', False))
     ]
 
 
@@ -461,9 +471,9 @@ def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
             not getattr(join_cls, 'allows_cls_token', True):
         args.update(with_cls_token=False)
     args.update(kwargs)
-    if cls_name == 'LaPESegViT':
-        from mmlape.models import LaPESegViT
-        return LaPESegViT(pe_join=join, **args)
+    if cls_name in ('LaPESegViT', 'LaPEDenseSwin'):
+        from mmlape import models
+        return getattr(models, cls_name)(pe_join=join, **args)
     cls = dict(
         LaPEViT=LaPEViT, LaPESwin=LaPESwin,
         LaPEViTAdapter=LaPEViTAdapter)[cls_name]

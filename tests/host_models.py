@@ -7,7 +7,9 @@ backbone's through mmlape's converter).
 """
 import os.path as osp
 from copy import deepcopy
+from functools import partial
 from importlib import import_module
+from typing import Callable, Union
 
 import torch
 import torch.nn as nn
@@ -43,18 +45,18 @@ def swapped(model_cfg, host_type: str, mmlape_type: str) -> ConfigDict:
     return cfg
 
 
-def copy_converted(ref: nn.Module, ours: nn.Module, fmt: str) -> None:
+def copy_converted(ref: nn.Module, ours: nn.Module,
+                   fmt: Union[str, Callable]) -> None:
     """Load ``ref``'s weights into ``ours`` strictly: the backbone's
-    converted from the ``fmt`` layout, the rest as they are."""
+    converted from the ``fmt`` ViT layout (or by the converter ``fmt``),
+    the rest as they are."""
     state = ref.state_dict()
     backbone = {
         k[len(PREFIX):]: v
         for k, v in state.items() if k.startswith(PREFIX)
     }
-    converted = {
-        PREFIX + k: v
-        for k, v in convert_backbone(backbone, fmt).items()
-    }
+    convert = fmt if callable(fmt) else partial(convert_backbone, fmt=fmt)
+    converted = {PREFIX + k: v for k, v in convert(backbone).items()}
     converted.update({
         k: v
         for k, v in state.items() if not k.startswith(PREFIX)

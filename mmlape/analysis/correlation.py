@@ -1,17 +1,10 @@
 """Correlation of token embeddings with the position embedding, per layer.
 
 References:
-    The MPVG paper (Lee, Ham, Kim, AAAI 2025), Fig. 4 (the correlation
-    coefficient between the normalised token embedding and the normalised
-    PE in every layer) and Figs. 2/6 (token-embedding heatmaps before and
-    after the last LayerNorm).
-
-For layer ``l`` the token embedding is ``LN_l(x_l)`` (the layer's ``norm1``
-output, which is what the attention sees besides the PE) and the PE is the
-one the layer receives under its join
-(:func:`~mmlape.analysis.pe_similarity.received_pes`). The coefficient is
-Pearson's r over all patch tokens and channels of an image, averaged over
-images.
+    The MPVG paper (AAAI 2025), Fig. 4 (Pearson's r between the normalised
+    token embedding, layer ``l``'s ``norm1`` output, and the PE the layer
+    receives, over patch tokens and channels, averaged over images) and
+    Figs. 2/6 (token heatmaps around the last LayerNorm).
 """
 from typing import Dict
 

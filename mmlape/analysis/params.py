@@ -1,19 +1,11 @@
 """Parameter counts as the papers print them.
 
 References:
-    The papers' tables count what the official code's ``model.parameters()``
-    holds, and the official code stores some fixed tensors as frozen
-    parameters (``requires_grad=False``): T2T-ViT's sinusoid PE and its
-    Performer's random features (yitu-opensource/T2T-ViT: 4.310M for
-    T2T-ViT-7 at 224), the LaPE code's fixed sin-cos PEs. mmlape keeps
-    these as buffers (never trained, rebuilt or saved as such), so
-    ``model.parameters()`` alone undercounts them.
-
-The papers' count is therefore every parameter plus every fixed weight:
-a floating-point buffer that is not a normalisation layer's running
-statistics (BatchNorm's ``running_mean``/``running_var`` are buffers in
-the official code too and no paper counts them). Integer buffers (relative
-position indices, ``num_batches_tracked``) are never weights.
+    The papers count the official code's ``model.parameters()``, which
+    holds some fixed tensors as frozen parameters (T2T-ViT's sinusoid and
+    Performer features, the LaPE code's fixed sin-cos PEs); mmlape keeps
+    them as buffers. The papers' count is every parameter plus every
+    floating-point buffer that is not a norm's running statistics.
 """
 from typing import NamedTuple
 

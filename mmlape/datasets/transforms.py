@@ -1,16 +1,13 @@
 """Image loading that names the file it cannot read.
 
 References:
-    mmcv's ``LoadImageFromFile`` (``mmcv.transforms.loading``): read the
-    bytes through mmengine's file backends, decode with ``mmcv.imfrombytes``.
+    mmcv's ``LoadImageFromFile`` (read through mmengine's file backends,
+    decode with ``mmcv.imfrombytes``).
 
-mmcv's transform raises whatever the file backend or the decoder raises for
-a missing file, and an ``AssertionError`` for bytes that do not decode.
-:class:`CheckedLoadImageFromFile` behaves the same on good images and raises
-:class:`~mmlape.utils.errors.DataError` naming the file otherwise, so that
-the tools report it as one line. ``tools/train.py`` and ``tools/test.py``
-use it in place of ``LoadImageFromFile``
-(``type='mmlape.CheckedLoadImageFromFile'``).
+:class:`CheckedLoadImageFromFile` behaves as mmcv's on good images and
+raises :class:`~mmlape.utils.errors.DataError` naming the file otherwise
+(mmcv raises whatever the backend or decoder raises), so the tools report
+it in one line.
 """
 import os.path as osp
 from typing import Optional

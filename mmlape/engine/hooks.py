@@ -1,29 +1,17 @@
 """Checkpoints that a kill at any moment cannot take away.
 
 References:
-    mmengine's ``CheckpointHook`` (which checkpoints it keeps, the
-    ``last_checkpoint`` file, best checkpoints) and its file backends
-    (``register_backend``, ``LocalBackend``); the POSIX way to replace a file
-    atomically: write a temporary file in the same directory, ``fsync`` it,
-    ``rename`` it over the target, ``fsync`` the directory.
+    mmengine's ``CheckpointHook`` and file backends; the POSIX atomic
+    replace (write a temporary file in the same directory, ``fsync``,
+    ``rename``, ``fsync`` the directory).
 
-mmengine's hook removes the oldest kept checkpoint *before* it writes the new
-one, writes the new one in place, and then rewrites ``last_checkpoint`` in
-place. A kill during a save can leave a partial file under a checkpoint's
-name, a ``last_checkpoint`` naming a deleted file, and no usable checkpoint.
-:class:`AtomicCheckpointHook` keeps mmengine's options and naming and
-changes the order and the writes:
-
-1. the checkpoint is written to a hidden temporary file in the same
-   directory, flushed to disk, and renamed to its name;
-2. ``last_checkpoint`` is replaced the same way;
-3. only then are checkpoints beyond ``max_keep_ckpts`` (or the previous best
-   checkpoint) removed. The new checkpoint names the ones it outdates, so a
-   run resumed from it after a kill before those removals makes them, once
-   ``last_checkpoint`` names no file it removes.
-
-A file under a checkpoint's name is therefore always complete, and at every
-moment at least the last complete checkpoint exists.
+mmengine's hook removes the oldest checkpoint before writing the new one
+and writes in place, so a kill can leave a partial file and a
+``last_checkpoint`` naming a deleted one. :class:`AtomicCheckpointHook`
+keeps mmengine's options and names but writes each file atomically,
+replaces ``last_checkpoint`` the same way, and only then removes the
+checkpoints it outdates (a resumed run finishes removals a kill
+interrupted). A file under a checkpoint's name is always complete.
 """
 import contextlib
 import errno

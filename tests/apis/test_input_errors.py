@@ -21,7 +21,7 @@ from mmlape.utils.safe_load import UnsafeCheckpointError, safe_torch_load
 sys.path.insert(0, ROOT)
 from tools import common, test, train  # noqa: E402
 from tools.analysis import pe_similarity  # noqa: E402
-from tools.convert import vit_to_mmlape  # noqa: E402
+from tools.convert import to_mmlape  # noqa: E402
 
 DEMO = osp.join(ROOT, 'configs/demo/deit-demo_pos-shapes.py')
 DEMO_MPVG = osp.join(ROOT, 'configs/demo/deit-demo-mpvg_pos-shapes.py')
@@ -366,7 +366,8 @@ def test_converter_timm_format_does_not_drop_the_classifier(
         default_ckpt, tmp_path, capsys):
     dst = str(tmp_path / 'out.pth')
     # An mmlape checkpoint read as timm keeps its (prefixed) classifier.
-    assert vit_to_mmlape.main([default_ckpt, dst, '--format', 'timm']) == 0
+    assert to_mmlape.main(
+        ['--family', 'vit', default_ckpt, dst, '--format', 'timm']) == 0
     capsys.readouterr()
     src = safe_torch_load(default_ckpt)['state_dict']
     out = safe_torch_load(dst)['state_dict']
@@ -381,12 +382,14 @@ def test_converter_timm_format_does_not_drop_the_classifier(
     bare_path = str(tmp_path / 'bare.pth')
     torch.save({'model': bare}, bare_path)
     dst = str(tmp_path / 'bare_out.pth')
-    assert vit_to_mmlape.main([bare_path, dst, '--format', 'timm']) == 2
+    assert to_mmlape.main(
+        ['--family', 'vit', bare_path, dst, '--format', 'timm']) == 2
     err = capsys.readouterr().err
     assert 'head.fc.weight' in err and 'would be dropped' in err
     assert not osp.exists(dst)
-    assert vit_to_mmlape.main(
-        [bare_path, dst, '--format', 'timm', '--head', 'none']) == 0
+    assert to_mmlape.main([
+        '--family', 'vit', bare_path, dst, '--format', 'timm', '--head', 'none'
+    ]) == 0
     assert 'dropped the classifier' in capsys.readouterr().out
     state = safe_torch_load(dst)['state_dict']
     assert not [k for k in state if k.startswith('head.')]

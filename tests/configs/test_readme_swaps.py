@@ -23,10 +23,19 @@ from mmlape.registry import MODELS
 SECTION = '### Drop-in: change the type in a config you have'
 #: What each host config's backbone is, as the host's own config states it.
 HOST_WIDTH = {
-    'deit/deit-tiny_4xb256_in1k.py': 192,
-    'swin_transformer/swin-tiny_16xb64_in1k.py': 96,
-    't2t_vit/t2t-vit-t-14_8xb64_in1k.py': 384,
-    'segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py': 192,
+    'deit/deit-tiny_4xb256_in1k.py':
+    192,
+    'swin_transformer/swin-tiny_16xb64_in1k.py':
+    96,
+    't2t_vit/t2t-vit-t-14_8xb64_in1k.py':
+    384,
+    'segmenter/segmenter_vit-t_mask_8xb1-160k_ade20k-512x512.py':
+    192,
+    'swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-'
+    '512x512.py':
+    96,
+    'swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py':
+    96,
 }
 
 
@@ -49,10 +58,10 @@ EXAMPLES = _examples()
 
 def test_every_row_of_the_table_has_an_example():
     rows = re.findall(
-        r'^\| (mmpretrain|mmseg) [\d.]+ \| `(\w+)` \| `(\w+)`',
+        r'^\| (mmpretrain|mmdet|mmseg) [\d.]+ \| `(\w+)` \| `(\w+)`',
         _section(),
         flags=re.M)
-    assert len(rows) == 4
+    assert len(rows) == 6
     swapped = {
         re.search(r"type='(\w+)'", block).group(1)
         for block in EXAMPLES.values()
@@ -79,7 +88,7 @@ def test_readme_example_builds_as_written(name, tmp_path):
     assert type(backbone).__name__ == cls_name
     assert backbone.pe_join.name == join
     assert backbone.embed_dims == HOST_WIDTH[host_cfg]
-    if scope == 'mmseg':
+    if 'segmenter' in host_cfg:
         assert backbone.final_norm  # the Segmenter config's own setting
     backbone.eval()
     torch.manual_seed(0)

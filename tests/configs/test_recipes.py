@@ -79,7 +79,8 @@ PROSE = {
     '--auto-scale-lr', 'tools/dist_train.sh CONFIG 4 --amp', '--amp',
     'pe_join.last_norm', 'end - 1', 'pos_embed', 'level_embed',
     'blocks.{i}.pe_norm', 'norm', 'init_adapter_weights', 'up(c2) + c1',
-    'configs/deit', 'tools/convert/vit_to_mmlape.py', 'LaPEViT.get_layer_depth'
+    'configs/deit', 'tools/convert/to_mmlape.py --family vit',
+    'LaPEViT.get_layer_depth'
 }
 NAMESPACE = {'__builtins__': {}, 'dict': dict, 'range': range}
 

@@ -26,7 +26,7 @@ from vit_family_reference import (add_join_norms, ceit_layout, i2t_tokens, lca,
 
 from mmlape.analysis import count_parameters
 from mmlape.models import LaPEViT
-from mmlape.models.checkpoint import convert_vit_family
+from mmlape.models.checkpoint.vit_family import convert_vit_family
 from mmlape.models.layers.pe_join import MPVGJoin, PVGJoin
 
 TABLE1 = 6.361  # MPVG paper, Table 1: CeiT-Ti PVG and MPVG (M)

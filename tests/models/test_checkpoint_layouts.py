@@ -19,11 +19,12 @@ from mmengine.registry import DefaultScope
 
 from mmlape.apis import check_checkpoint_fits
 from mmlape.models import LaPEViT, LaPEViTAdapter
-from mmlape.models.checkpoint import (Layout, convert_layout, detect_layout,
-                                      select_backbone)
+from mmlape.models.checkpoint import Layout
+from mmlape.models.checkpoint.common import select_backbone
+from mmlape.models.checkpoint.vit import convert_layout, detect_layout
 
 sys.path.insert(0, 'tools/convert')
-import vit_to_mmlape
+import to_mmlape
 
 # Keys of the official ViT-Adapter backbone (czczup/ViT-Adapter,
 # detection|segmentation/mmdet_custom|mmseg_custom/models/backbones/
@@ -196,7 +197,7 @@ def test_official_vit_adapter_whole_model(task, config, tmp_path):
         torch.testing.assert_close(value, ours[key], rtol=0, atol=0)
     src, dst = tmp_path / 'official.pth', tmp_path / 'mmlape.pth'
     torch.save({'meta': {}, 'state_dict': official}, src)
-    assert vit_to_mmlape.main([str(src), str(dst)]) == 0
+    assert to_mmlape.main(['--family', 'vit', str(src), str(dst)]) == 0
     state = check_checkpoint_fits(fresh, str(dst), 'test')
     assert state['backbone.pos_embed'].shape == (1, 16, 64)
     assert torch.load(dst)['meta']['layout'] == 'vit-adapter'
@@ -228,7 +229,7 @@ def test_distilled_deit_through_the_tool(tmp_path):
     assert sd['pos_embed'].shape == (1, 18, 64)
     path, out = tmp_path / 'deit_distilled.pth', tmp_path / 'mmlape.pth'
     torch.save({'model': sd}, path)
-    assert vit_to_mmlape.main([str(path), str(out)]) == 0
+    assert to_mmlape.main(['--family', 'vit', str(path), str(out)]) == 0
     ckpt = torch.load(out)
     assert ckpt['meta']['layout'] == 'deit-distilled'
     assert not any('dist' in k for k in ckpt['state_dict'])
@@ -353,7 +354,7 @@ def test_official_lape_relative_checkpoint(join, tmp_path):
     assert ('blocks.0.attn.pe_norm.weight' in official) == (join == 'LaPE')
     path, out = tmp_path / 'lape_rpe.pth', tmp_path / 'mmlape.pth'
     torch.save({'model': official}, path)
-    assert vit_to_mmlape.main([str(path), str(out)]) == 0
+    assert to_mmlape.main(['--family', 'vit', str(path), str(out)]) == 0
     clf = build_classifier(
         dict(
             type='LaPEViT',

@@ -166,3 +166,131 @@ def test_join_names_case_insensitive():
     join = build_pe_join(
         'lape', num_layers=4, embed_dims=8, with_cls_token=True)
     assert join.name == 'LaPE'
+
+
+# ----------------------------------------------------------------------
+# A join that changes attention other than by an additive PE needs no
+# library file but its own: the plan's ``qk`` maps reach every block.
+def rotate_pairs(t, angle):
+    """Channel pairs ``(2i, 2i+1)`` of ``t`` rotated by ``angle`` per
+    token: ``(a cos - b sin, a sin + b cos)``."""
+    cos, sin = angle.cos()[:, None], angle.sin()[:, None]
+    a, b = t[..., 0::2], t[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+
+@pytest.fixture
+def rotary_join():
+    """``ToyRotary``: the PE at the input, then in layer ``l`` the queries
+    scaled by ``s_l`` and queries and keys rotated by ``f_l * n`` (token
+    ``n``), with learnable ``s`` and ``f`` of its own; registered for one
+    test and removed after it."""
+    import torch.nn as nn
+
+    from mmlape.models.layers import BasePEJoin, PEPlan
+    from mmlape.registry import PE_JOINS
+
+    class ToyRotaryJoin(BasePEJoin):
+        name = 'ToyRotary'
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.scales = nn.Parameter(torch.linspace(0.5, 2, self.num_layers))
+            self.freqs = nn.Parameter(torch.linspace(0.3, 1, self.num_layers))
+
+        @property
+        def attention_terms(self):
+            return ('qk', )
+
+        def plan(self, pos, rel_biases, pe_norms, carry=None):
+            angles = torch.arange(pos.shape[1], dtype=pos.dtype)
+
+            def qk_of(i):
+                return lambda q, k: (rotate_pairs(q * self.scales[i], angles *
+                                                  self.freqs[i]),
+                                     rotate_pairs(k, angles * self.freqs[i]))
+
+            return PEPlan(
+                self.num_layers,
+                input=pos,
+                qk=[qk_of(i) for i in range(self.num_layers)])
+
+    PE_JOINS.register_module(name='ToyRotary', module=ToyRotaryJoin)
+    try:
+        yield ToyRotaryJoin
+    finally:
+        PE_JOINS.module_dict.pop('ToyRotary')
+
+
+def rotary_reference(model, img):
+    """``x_0 = tokens + pos``; layer ``l`` attends with
+    ``q' = R(f_l n) s_l q``, ``k' = R(f_l n) k``."""
+    import math
+
+    import torch.nn.functional as F
+    from reference import ln, second_half, tokens_of
+    join = model.pe_join
+    x = tokens_of(model, img) + model.pos_embed
+    b, n, c = x.shape
+    angle = torch.arange(n, dtype=x.dtype)
+    for i, blk in enumerate(model.blocks):
+        h = ln(blk.norm1, x)
+        heads = blk.attn.num_heads
+        qkv = F.linear(h, blk.attn.qkv.weight, blk.attn.qkv.bias)
+        q, k, v = qkv.reshape(b, n, 3, heads,
+                              c // heads).permute(2, 0, 3, 1, 4)
+        q = rotate_pairs(q * join.scales[i], angle * join.freqs[i])
+        k = rotate_pairs(k, angle * join.freqs[i])
+        logits = q @ k.transpose(-1, -2) / math.sqrt(c // heads)
+        out = (logits.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c)
+        out = F.linear(out, blk.attn.proj.weight, blk.attn.proj.bias)
+        x = second_half(blk, x + out)
+    return ln(model.norm, x)
+
+
+def test_a_join_that_maps_queries_and_keys_needs_no_library_edit(rotary_join):
+    model = tiny(dict(type='toyrotary'))
+    assert isinstance(model.pe_join, rotary_join)
+    img = torch.randn(2, 3, IMG, IMG)
+    with torch.no_grad():  # the cached eval-mode plan
+        got = model(img)[0]
+        torch.testing.assert_close(got, rotary_reference(model, img))
+        torch.testing.assert_close(model(img)[0], got)
+    model.train()  # and the plain one, whose gradient reaches the join
+    got = model(img)[0]
+    want = rotary_reference(model, img)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    assert model.pe_join.scales.grad.abs().min() > 0
+    assert model.pe_join.freqs.grad.abs().min() > 0
+    # the map is what differs from the default join: an identity map
+    # computes the default join's equations
+    assert not torch.allclose(got, reference_forward(model, img, 'default'))
+    with torch.no_grad():
+        model.pe_join.freqs.zero_()
+        model.pe_join.scales.fill_(1)
+        torch.testing.assert_close(
+            model(img)[0], reference_forward(model, img, 'default'))
+
+
+def test_blocks_that_take_no_qk_map_refuse_such_a_join(rotary_join):
+    with pytest.raises(ValueError, match=r"adds \['qk'\]"):
+        tiny('ToyRotary', window_size=2, with_cls_token=False)
+
+
+def test_one_resolver_for_every_way_to_name_a_join():
+    from mmlape.models.layers import DefaultJoin, LaPEJoin, resolve_pe_join
+    for cfg in (None, 'Default', 'default', DefaultJoin,
+                dict(type=DefaultJoin), dict(type='DEFAULT')):
+        assert resolve_pe_join(cfg) == (DefaultJoin, {})
+    for cfg in ('LAPE', LaPEJoin, dict(type='lape'), dict(type=LaPEJoin)):
+        assert resolve_pe_join(cfg) == (LaPEJoin, {})
+    assert resolve_pe_join(
+        dict(type='LaPE',
+             hierarchical=False)) == (LaPEJoin, dict(hierarchical=False))
+    with pytest.raises(ValueError, match=r"Unknown pe_join.type=<class"):
+        resolve_pe_join(torch.nn.Linear)
+    with pytest.raises(ValueError, match='must be a dict with a "type" key'):
+        resolve_pe_join(dict(hierarchical=True))
+    with pytest.raises(ValueError, match='set by the backbone'):
+        resolve_pe_join(dict(type='LaPE', embed_dims=3))

@@ -5,7 +5,7 @@ from conftest import assert_close_f32, config_joins
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT
-from mmlape.models.checkpoint import convert_checkpoint, detect_format
+from mmlape.models.checkpoint.vit import convert_checkpoint, detect_format
 
 
 def mmseg_vit(**kwargs):

@@ -17,9 +17,9 @@ from conftest import (ROOT, assert_close_f32, build_classifier, config_joins,
 from mmengine.config import Config
 
 from mmlape.models import LaPESwin, LaPEViT
-from mmlape.models.checkpoint import (convert_swin_backbone,
-                                      convert_swin_checkpoint,
-                                      detect_swin_format)
+from mmlape.models.checkpoint.swin import (convert_swin_backbone,
+                                           convert_swin_checkpoint,
+                                           detect_swin_format)
 
 TINY = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 IMG, WS = 64, 4  # stage grids 16, 8, 4 (= a window), 2 (padded)
@@ -483,11 +483,12 @@ def test_official_checkpoint_converts_and_matches_reference(tmp_path):
     torch.save(official, path)
     converted = str(tmp_path / 'converted.pth')
     spec = importlib.util.spec_from_file_location(
-        'swin_to_mmlape', osp.join(ROOT, 'tools/convert/swin_to_mmlape.py'))
+        'to_mmlape', osp.join(ROOT, 'tools/convert/to_mmlape.py'))
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    assert tool.main([path, converted]) == 0
-    assert tool.main([path, converted]) == 2  # never overwrites silently
+    assert tool.main(['--family', 'swin', path, converted]) == 0
+    # never overwrites silently
+    assert tool.main(['--family', 'swin', path, converted]) == 2
     for file, prefix in ((path, None), (converted, 'backbone.')):
         loaded = tiny(
             'Default',
@@ -557,6 +558,26 @@ def test_bad_options_raise(kwargs, match):
         dict(arch='test-tiny', img_size=IMG, window_size=WS), **kwargs)
     with pytest.raises(ValueError, match=match):
         LaPESwin(**kwargs)
+
+
+def test_the_join_says_whether_swin_owns_an_absolute_pe():
+    """Swin asks the built join, however the config names it: the Default
+    join needs no PE (plain Swin), a join that acts on one turns it on."""
+    from mmlape.models.layers import DefaultJoin, LaPEJoin
+    base = dict(arch='test-tiny', img_size=IMG, window_size=WS)
+    for join in (None, 'Default', 'DEFAULT', DefaultJoin,
+                 dict(type=DefaultJoin)):
+        model = LaPESwin(**base, pe_join=join)
+        assert model.pos_embed is None and not model.use_abs_pos_embed
+        assert type(model.pe_join) is DefaultJoin
+    for join in ('lape', LaPEJoin, dict(type=LaPEJoin, hierarchical=False)):
+        model = LaPESwin(**base, pe_join=join)
+        assert model.pos_embed is not None and model.use_abs_pos_embed
+        assert type(model.pe_join) is LaPEJoin
+    on = LaPESwin(**base, pe_join=DefaultJoin, use_abs_pos_embed=True)
+    assert on.pos_embed is not None
+    with pytest.raises(ValueError, match='needs an absolute PE'):
+        LaPESwin(**base, pe_join=LaPEJoin, use_abs_pos_embed=False)
 
 
 def test_registered_for_dense_tasks_and_layer_depth():

@@ -284,12 +284,12 @@ def test_frozen_exclude_reads_mmseg_and_mmlape_names():
 
 def test_mmseg_names_are_the_inverse_of_the_converter():
     """``frozen_exclude``'s mmlape -> mmseg names and the checkpoint
-    converter's mmseg -> mmlape rules are written in two places: every
+    converter's mmseg -> mmlape rules, both read from one table: every
     parameter of a ViT with every optional module maps to the name mmseg's
     ViT gives it, and the converter maps that name back."""
     from mmseg.models.backbones import VisionTransformer
 
-    from mmlape.models.backbones.seg_vit import mmseg_name
+    from mmlape.models.checkpoint.vit import mmseg_vit_name as mmseg_name
     cfg = dict(
         BASE, final_norm=True, pre_norm=True, patch_norm=True, patch_bias=True)
     ours = dict(LaPESegViT(**cfg).named_parameters())

@@ -36,7 +36,7 @@ from mmengine.runner import load_checkpoint, save_checkpoint
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmlape.models import LaPESwin
-from mmlape.models.checkpoint import convert_swin_backbone
+from mmlape.models.checkpoint.swin import convert_swin_backbone
 
 #: mmpretrain's test configuration.
 CFG = dict(arch='tiny', img_size=224, patch_size=4, drop_path_rate=0.1)

@@ -29,7 +29,8 @@ from mmengine.config import Config
 from mmengine.runner import load_checkpoint, save_checkpoint
 
 from mmlape.models import LaPET2TViT
-from mmlape.models.checkpoint import T2T_CHECKPOINTS, convert_vit_family
+from mmlape.models.checkpoint import T2T_CHECKPOINTS
+from mmlape.models.checkpoint.vit_family import convert_vit_family
 from mmlape.models.layers.pos_embed import build_1d_sincos
 
 #: mmpretrain's test configuration (T2T-ViT_t-14).

@@ -17,12 +17,12 @@ from vit_family_reference import (add_join_norms, ceit_layout, compact_layout,
                                   t2t_layout)
 
 from mmlape.models import LaPEViT
-from mmlape.models.checkpoint import (convert_vit_family,
-                                      convert_vit_family_checkpoint,
-                                      detect_vit_family_format)
+from mmlape.models.checkpoint.vit_family import (convert_vit_family,
+                                                 convert_vit_family_checkpoint,
+                                                 detect_vit_family_format)
 
 sys.path.insert(0, ROOT)
-from tools.convert import vit_family_to_mmlape  # noqa: E402
+from tools.convert import to_mmlape  # noqa: E402
 
 GAP = dict(with_cls_token=False, out_type='avg_featmap')
 ARCHS = {
@@ -370,7 +370,7 @@ def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
     path = str(tmp_path / 'official.pth')
     torch.save(ckpt, path)
     dst = str(tmp_path / 'mmlape.pth')
-    assert vit_family_to_mmlape.main([path, dst]) == 0
+    assert to_mmlape.main(['--family', 'vit-family', path, dst]) == 0
     # the tool leaves the process's allow-list as it was
     assert argparse.Namespace in torch.serialization.get_safe_globals()
     state = torch.load(dst, weights_only=True)['state_dict']
@@ -384,7 +384,8 @@ def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
     if family == 't2t':  # the EMA weights, as T2T-ViT reports them
         torch.testing.assert_close(model.cls_token, sd['cls_token'] + 1)
         plain = str(tmp_path / 'plain.pth')
-        assert vit_family_to_mmlape.main([path, plain, '--no-ema']) == 0
+        assert to_mmlape.main(
+            ['--family', 'vit-family', path, plain, '--no-ema']) == 0
         torch.testing.assert_close(
             torch.load(plain)['state_dict']['backbone.cls_token'],
             sd['cls_token'])
@@ -435,9 +436,11 @@ def test_converter_tool_refuses_unsafe_and_missing_files(tmp_path, capsys):
     bad = str(tmp_path / 'bad.pth')
     torch.save({'state_dict': t2t_layout(), 'fn': os.getcwd}, bad)
     dst = str(tmp_path / 'out.pth')
-    assert vit_family_to_mmlape.main([bad, dst]) == 2
+    assert to_mmlape.main(['--family', 'vit-family', bad, dst]) == 2
     assert 'Refusing to load checkpoint' in capsys.readouterr().err
-    assert vit_family_to_mmlape.main([str(tmp_path / 'no.pth'), dst]) == 2
+    assert to_mmlape.main(
+        ['--family', 'vit-family',
+         str(tmp_path / 'no.pth'), dst]) == 2
     assert 'does not exist' in capsys.readouterr().err
     assert not osp.exists(dst)
 

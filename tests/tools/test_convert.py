@@ -7,11 +7,12 @@ from conftest import build_classifier, randomize
 from mmengine.registry import DefaultScope
 
 from mmlape.models import LaPEViT
-from mmlape.models.checkpoint import (convert_backbone, convert_checkpoint,
-                                      convert_mmpretrain_vit, detect_format)
+from mmlape.models.checkpoint.vit import (convert_backbone, convert_checkpoint,
+                                          convert_mmpretrain_vit,
+                                          detect_format)
 
 sys.path.insert(0, 'tools/convert')
-import vit_to_mmlape
+import to_mmlape
 
 
 def mmpretrain_classifier(backbone_type, **backbone):
@@ -51,14 +52,15 @@ def test_official_lape_checkpoint_through_the_tool(tmp_path, capsys):
     assert detect_format(official) == 'timm'
     path, out = tmp_path / 'official.pth', tmp_path / 'mmlape.pth'
     torch.save({'model': official}, path)
-    assert vit_to_mmlape.main([str(path), str(out)]) == 0
+    assert to_mmlape.main(['--family', 'vit', str(path), str(out)]) == 0
     # The notes say where the classifier went, not that it was dropped.
     printed = capsys.readouterr().out
     assert ('the classifier went to the model\'s head (head=\'vit\'): '
             'head.weight -> head.layers.head.weight, head.bias -> '
             'head.layers.head.bias') in printed
     assert 'dropped' not in printed
-    assert vit_to_mmlape.main([str(path), str(out)]) == 2  # no overwrite
+    assert to_mmlape.main(['--family', 'vit',
+                           str(path), str(out)]) == 2  # no overwrite
     from mmpretrain.registry import MODELS
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         clf = MODELS.build(
@@ -101,7 +103,26 @@ def test_unknown_keys_are_an_error_not_silence():
 
 
 def test_tool_reports_missing_source(tmp_path, capsys):
-    assert vit_to_mmlape.main(
-        [str(tmp_path / 'x.pth'),
+    assert to_mmlape.main(
+        ['--family', 'vit',
+         str(tmp_path / 'x.pth'),
          str(tmp_path / 'y.pth')]) == 2
     assert 'does not exist' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('argv,match', [
+    (['--head', 'vit'], "--head vit is not one of the swin family's"),
+    (['--format', 'timm'], "--format timm is not one of the swin family's"),
+    (['--config', 'c.py'], '--config is an option of --family vit'),
+    (['--no-ema'], '--no-ema is an option of --family vit-family'),
+])
+def test_one_converter_takes_each_family_s_options_only(
+        argv, match, tmp_path, capsys):
+    """``--format`` and ``--head`` take the family's choices; a family's
+    own option is refused for another family (argparse's exit 2)."""
+    with pytest.raises(SystemExit) as err:
+        to_mmlape.main(['--family', 'swin', 'a.pth', 'b.pth', *argv])
+    assert err.value.code == 2
+    assert match in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        to_mmlape.main(['a.pth', 'b.pth'])  # the family is required

@@ -1,6 +1,6 @@
 """Official LaPE checkpoints of every PE type and join, converted with
-``tools/convert/vit_to_mmlape.py``, load strictly and give the official
-logits.
+``tools/convert/to_mmlape.py --family vit``, load strictly and give the
+official logits.
 
 The official model is ``lape_official_reference`` (its equations, its key
 names, its PE tables), saved as the official ``main.py`` saves it (with
@@ -21,12 +21,12 @@ from lape_official_reference import (CURRENT, FIRST, IMG, PATCH, official_args,
 
 from mmlape.apis import check_checkpoint_fits
 from mmlape.models import LaPEViT
-from mmlape.models.checkpoint import (OfficialRun, check_fixed_pe,
-                                      convert_checkpoint)
+from mmlape.models.checkpoint.official_lape import OfficialRun, check_fixed_pe
+from mmlape.models.checkpoint.vit import convert_checkpoint
 from mmlape.utils.errors import CheckpointError
 
 sys.path.insert(0, 'tools/convert')
-import vit_to_mmlape
+import to_mmlape
 
 PE_TYPES = {
     'learnable': 'learnable',
@@ -84,7 +84,8 @@ def test_official_checkpoint_loads_strictly_with_official_logits(
     pe_type, pe_join = expected_backbone(pe, join, release)
     out = str(tmp_path / 'mmlape.pth')
     config = write_config(tmp_path / 'cfg.py', pe_type, pe_join)
-    assert vit_to_mmlape.main([src, out, '--config', config]) == 0
+    assert to_mmlape.main(['--family', 'vit', src, out, '--config',
+                           config]) == 0
     printed = capsys.readouterr().out
     assert f'--pe {pe}' in printed and f'pe_type={pe_type!r}' in printed
     ckpt = torch.load(out)
@@ -120,14 +121,15 @@ def test_first_release_lape_does_not_load_into_hierarchical_join(
     config = write_config(tmp_path / 'cfg.py', pe_type,
                           dict(type='LaPE'))  # hierarchical by default
     out = str(tmp_path / 'mmlape.pth')
-    assert vit_to_mmlape.main([src, out, '--config', config]) == 2
+    assert to_mmlape.main(['--family', 'vit', src, out, '--config',
+                           config]) == 2
     err = capsys.readouterr().err.strip()
     assert '\n' not in err
     assert "--pe_joining LaPE" in err
     assert 'pe_join.hierarchical is True here' in err
     assert "'hierarchical': False" in err or 'hierarchical=False' in err
     # converted without a config, it records the run ...
-    assert vit_to_mmlape.main([src, out]) == 0
+    assert to_mmlape.main(['--family', 'vit', src, out]) == 0
     # ... so tools/test.py refuses a hierarchical config, keys alike ...
     with pytest.raises(CheckpointError, match='hierarchical is True here'):
         check_checkpoint_fits(
@@ -176,8 +178,10 @@ def test_the_repositorys_lape_config_checks_the_run(release, join, code,
         release,
         model='deit_tiny_patch16_224')
     config = 'configs/deit/deit-tiny-lape_4xb256_in1k.py'
-    assert vit_to_mmlape.main(
-        [src, str(tmp_path / 'out.pth'), '--config', config]) == code
+    assert to_mmlape.main([
+        '--family', 'vit', src,
+        str(tmp_path / 'out.pth'), '--config', config
+    ]) == code
     assert bool(capsys.readouterr().err) == bool(code)
 
 
@@ -191,13 +195,15 @@ def test_rpe_with_join_type_lape_is_plain_relative_pe(tmp_path, capsys):
     src = save_official(tmp_path / 'rpe.pth', sd, '2D_RPE', 'LaPE')
     out = str(tmp_path / 'mmlape.pth')
     config = write_config(tmp_path / 'cfg.py', 'relative', dict(type='LaPE'))
-    assert vit_to_mmlape.main([src, out, '--config', config]) == 2
+    assert to_mmlape.main(['--family', 'vit', src, out, '--config',
+                           config]) == 2
     err = capsys.readouterr().err
     assert "pe_join.type is 'LaPE' here" in err
     assert "pe_join=dict(type='Default')" in err
     config = write_config(tmp_path / 'cfg.py', 'relative',
                           dict(type='Default'))
-    assert vit_to_mmlape.main([src, out, '--config', config]) == 0
+    assert to_mmlape.main(['--family', 'vit', src, out, '--config',
+                           config]) == 0
 
 
 def test_config_with_another_pe_type_is_refused(tmp_path, capsys):
@@ -205,8 +211,10 @@ def test_config_with_another_pe_type_is_refused(tmp_path, capsys):
     src = save_official(tmp_path / 'sin.pth', sd, '1D_sin', 'basic')
     config = write_config(tmp_path / 'cfg.py', 'learnable',
                           dict(type='Default'))
-    assert vit_to_mmlape.main(
-        [src, str(tmp_path / 'out.pth'), '--config', config]) == 2
+    assert to_mmlape.main([
+        '--family', 'vit', src,
+        str(tmp_path / 'out.pth'), '--config', config
+    ]) == 2
     err = capsys.readouterr().err
     assert "pe_type is 'learnable' here" in err
     assert "pe_type='sincos1d'" in err
@@ -220,7 +228,8 @@ def test_a_fixed_pe_unlike_mmlapes_is_refused(pe, tmp_path, capsys):
     sd['pos_embed'] = sd['pos_embed'].clone()
     sd['pos_embed'].view(-1)[70] += 0.01  # row 1, channel 6
     src = save_official(tmp_path / 'bad.pth', sd, pe, 'basic')
-    assert vit_to_mmlape.main([src, str(tmp_path / 'out.pth')]) == 2
+    assert to_mmlape.main(['--family', 'vit', src,
+                           str(tmp_path / 'out.pth')]) == 2
     err = capsys.readouterr().err.strip()
     assert '\n' not in err
     assert 'largest difference is 0.01 (row 1, channel 6' in err
@@ -250,7 +259,8 @@ def test_fixed_pe_is_recognised_without_args():
 def test_weights_that_are_not_the_recorded_run_are_refused(tmp_path, capsys):
     sd = official_state('learnable', 'basic')
     src = save_official(tmp_path / 'x.pth', sd, 'learnable', 'LaPE')
-    assert vit_to_mmlape.main([src, str(tmp_path / 'out.pth')]) == 2
+    assert to_mmlape.main(['--family', 'vit', src,
+                           str(tmp_path / 'out.pth')]) == 2
     err = capsys.readouterr().err
     assert '--join-type LaPE' in err and 'none are there' in err
 
@@ -269,7 +279,7 @@ def test_runs_without_a_counterpart_are_refused(release, pe, join, message):
 
 def test_recorded_args_are_read_from_the_namespace():
     args = official_args('2D_sin', 'share', model='deit_small_patch16_224')
-    from mmlape.models.checkpoint import read_official_run
+    from mmlape.models.checkpoint.official_lape import read_official_run
     run = read_official_run({'model': {}, 'args': args})
     assert run == OfficialRun('current', '2D_sin', 'share',
                               'deit_small_patch16_224', IMG)
@@ -293,7 +303,7 @@ def test_relative_lape_norm_is_the_officials_at_its_init_scale(
     sd = official_state(pe, join, release, table_std=0.02)
     src = save_official(tmp_path / 'rpe.pth', sd, pe, join, release)
     out = str(tmp_path / 'mmlape.pth')
-    assert vit_to_mmlape.main([src, out]) == 0
+    assert to_mmlape.main(['--family', 'vit', src, out]) == 0
     clf = classifier('relative', dict(type='LaPE'))
     clf.load_state_dict(torch.load(out)['state_dict'], strict=True)
     norms = [blk.pe_norm for blk in clf.backbone.blocks]
@@ -315,7 +325,8 @@ def test_methods_doc_maps_every_official_name():
     releases with the mmlape options the converter writes."""
     from conftest import ROOT
 
-    from mmlape.models.checkpoint import OFFICIAL_JOINS, OFFICIAL_PES
+    from mmlape.models.checkpoint.official_lape import (OFFICIAL_JOINS,
+                                                        OFFICIAL_PES)
     with open(f'{ROOT}/docs/methods.md') as f:
         doc = f.read()
     section = doc.split('## Official LaPE checkpoints')[1].split('\n## ')[0]

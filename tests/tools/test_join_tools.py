@@ -49,26 +49,35 @@ def toy_join():
         PE_JOINS.module_dict.pop('Toy')
 
 
-def test_the_registry_lists_the_joins_in_table_order():
-    assert list(pe_join_classes()) == [
-        'Default', 'Share', 'Unshare', 'LaPE', 'PVG', 'MPVG'
-    ]
+#: The papers' joins and what their classes declare: config suffix,
+#: baseline, class token allowed, runs on a staged backbone, runs with a
+#: fixed sin-cos PE, adds a PE at the final norm.
+PAPER_JOINS = {
+    'Default': ('', True, True, True, True, False),
+    'Share': (None, True, True, False, True, False),
+    'Unshare': (None, True, True, False, False, False),
+    'LaPE': ('-lape', False, True, True, True, False),
+    'PVG': ('-pvg', False, False, True, True, False),
+    'MPVG': ('-mpvg', False, False, True, True, True),
+}
+
+
+def test_the_registry_holds_the_papers_joins():
+    """What each of the papers' joins declares; any other join may be
+    registered beside them, in any order."""
+    joins = pe_join_classes()
+    assert set(PAPER_JOINS) <= set(joins)
     assert {
-        name: (cls.config_suffix, cls.baseline, cls.allows_cls_token)
-        for name, cls in pe_join_classes(with_configs=True).items()
-    } == {
-        'Default': ('', True, True),
-        'LaPE': ('-lape', False, True),
-        'PVG': ('-pvg', False, False),
-        'MPVG': ('-mpvg', False, False)
-    }
-    staged = [n for n, c in pe_join_classes().items() if c.fits(staged=True)]
-    assert staged == ['Default', 'LaPE', 'PVG', 'MPVG']
-    fixed = [n for n, c in pe_join_classes().items() if c.fits('sincos1d')]
-    assert 'Unshare' not in fixed and 'Share' in fixed
-    assert [
-        n for n, c in pe_join_classes().items() if c.adds_pe_at_final_norm
-    ] == ['MPVG']
+        name: (cls.config_suffix, cls.baseline, cls.allows_cls_token,
+               cls.fits(staged=True), cls.fits('sincos1d'),
+               cls.adds_pe_at_final_norm)
+        for name, cls in joins.items() if name in PAPER_JOINS
+    } == PAPER_JOINS
+    with_configs = pe_join_classes(with_configs=True)
+    assert {n
+            for n, v in PAPER_JOINS.items()
+            if v[0] is not None} <= set(with_configs)
+    assert all(c.config_suffix is not None for c in with_configs.values())
 
 
 def test_a_new_join_reaches_the_complexity_table(toy_join, capsys):
@@ -77,7 +86,8 @@ def test_a_new_join_reaches_the_complexity_table(toy_join, capsys):
     # configs-only rows (the dense backbones) take it; Swin does not: the
     # toy join does not support stages
     assert [j for j, _ in complexity.arch_joins('vit-adapter-tiny')
-            ] == ['Default', 'LaPE', 'PVG', 'MPVG', 'Toy']
+            ] == list(pe_join_classes(with_configs=True))
+    assert complexity.arch_joins('vit-adapter-tiny')[-1][0] == 'Toy'
     assert 'Toy' not in dict(complexity.arch_joins('swin-tiny'))
     assert complexity.main(['--archs', 'test-tiny']) == 0
     rows = {
@@ -92,11 +102,14 @@ def test_a_new_join_reaches_the_complexity_table(toy_join, capsys):
 
 
 def test_a_new_join_reaches_the_model_index(toy_join):
-    assert model_index.method_joins() == ['LaPE', 'PVG', 'MPVG', 'Toy']
-    collection, = model_index.metafile('demo', [], {})['Collections']
-    assert collection['Metadata']['Architecture'] == [
-        'ViT', 'LaPE', 'PVG', 'MPVG', 'Toy'
+    methods = [
+        n for n, c in pe_join_classes(with_configs=True).items()
+        if not c.baseline
     ]
+    assert {'LaPE', 'PVG', 'MPVG'} <= set(methods) and methods[-1] == 'Toy'
+    assert model_index.method_joins() == methods
+    collection, = model_index.metafile('demo', [], {})['Collections']
+    assert collection['Metadata']['Architecture'] == ['ViT'] + methods
     # the published numbers stay those of the papers' joins
     assert not [n for n in model_index.published() if '-toy' in n]
 

@@ -1,4 +1,5 @@
 from .base import LaPEBackbone
+from .dense_swin import LaPEDenseSwin
 from .seg_vit import LaPESegViT
 from .swin import LaPESwin
 from .t2t_vit import LaPET2TViT
@@ -7,5 +8,5 @@ from .vit_adapter import LaPEViTAdapter
 
 __all__ = [
     'LaPEBackbone', 'LaPEViT', 'LaPEViTAdapter', 'PatchEmbed', 'LaPESwin',
-    'LaPESegViT', 'LaPET2TViT'
+    'LaPESegViT', 'LaPET2TViT', 'LaPEDenseSwin'
 ]

@@ -1,27 +1,19 @@
-"""The one base of mmlape's backbones.
+"""The one base of mmlape's backbones: the eval-mode PE plan cache, the
+checkpoint hooks (the family of :mod:`mmlape.models.checkpoint` does the
+work) and the generic initialisation.
 
 References:
-    mmengine's ``BaseModule`` (``init_cfg``), mmpretrain's backbones for
-    ``out_indices``; timm's ``checkpoint_filter_fn`` for a model that only
-    calls a pure checkpoint filter.
-
-Everything the backbones (:class:`~mmlape.models.backbones.LaPEViT` and the
-backbones built on it, :class:`~mmlape.models.backbones.LaPESwin`) share is
-written here once: the eval-mode PE plan cache
-(:class:`~mmlape.models.layers.pe_plan.PEPlanCache`, bypassed under
-``torch.compile``), the checkpoint hooks (the ``load_state_dict`` pre-hook
-that fits a checkpoint, :meth:`LaPEBackbone.load_pretrained` for
-``init_cfg=dict(type='Pretrained', ...)``; the checkpoint family of
-:mod:`mmlape.models.checkpoint` does the work), and the generic
-initialisation. A backbone describes itself: its plan
-(:meth:`LaPEBackbone._build_plan`), the tensors the plan depends on, its
-checkpoint spec and its specialised starting values.
+    mmengine's ``BaseModule`` (``init_cfg``); mmpretrain's backbones for
+    ``out_indices``; timm's ``checkpoint_filter_fn`` (a pure filter the
+    model calls).
 """
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
+from mmengine.utils import to_2tuple
 from torch import Tensor
 
 from ..checkpoint import CheckpointFamily
@@ -29,7 +21,9 @@ from ..layers.parts import init_defaults
 from ..layers.pe_plan import PEPlan, PEPlanCache
 from ..layers.weight_init import init_generic_weights
 
-__all__ = ['LaPEBackbone', 'parse_out_indices']
+__all__ = [
+    'LaPEBackbone', 'host_img_size', 'parse_out_indices', 'pretrained_init_cfg'
+]
 
 
 def parse_out_indices(out_indices: Union[int, Sequence[int]], count: int,
@@ -56,6 +50,41 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]], count: int,
                              f'[-{count}, {count})')
         parsed.append(real)
     return sorted(set(parsed))
+
+
+def pretrained_init_cfg(pretrained: Optional[str],
+                        init_cfg: Optional[Dict]) -> Optional[Dict]:
+    """The ``init_cfg`` of the hosts' deprecated ``pretrained`` argument
+    (mmseg's and mmdet's backbones): a path is
+    ``dict(type='Pretrained', checkpoint=pretrained)``."""
+    if init_cfg and pretrained:
+        raise ValueError('pretrained and init_cfg cannot both be set; '
+                         'give the checkpoint in init_cfg')
+    if isinstance(pretrained, str):
+        warnings.warn('pretrained is deprecated: use '
+                      "init_cfg=dict(type='Pretrained', checkpoint=...)")
+        return dict(type='Pretrained', checkpoint=pretrained)
+    if pretrained is not None:
+        raise TypeError(f'pretrained must be a str or None, got '
+                        f'{pretrained!r}')
+    return init_cfg
+
+
+def host_img_size(img_size: Union[int, Sequence[int]],
+                  name: str = 'img_size') -> Tuple[int, int]:
+    """An image size as mmseg's and mmdet's backbones read it: an int, or
+    a tuple of one or two."""
+    if isinstance(img_size, bool) or not isinstance(img_size,
+                                                    (int, tuple, list)):
+        raise TypeError(f'{name} must be an int or a tuple, got '
+                        f'{img_size!r}')
+    if not isinstance(img_size, int) and len(img_size) == 1:
+        img_size = img_size[0]
+    size = tuple(to_2tuple(img_size))
+    if len(size) != 2:
+        raise ValueError(f'{name} must have 1 or 2 entries, got '
+                         f'{len(size)}: {img_size!r}')
+    return size
 
 
 class LaPEBackbone(BaseModule):
@@ -160,19 +189,12 @@ class LaPEBackbone(BaseModule):
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
         """The PE plan for a patch grid ``hw``.
 
-        In eval mode with autograd off, plans are cached per grid (the
-        ``plan_cache_size`` most recent grids, for test sets of many image
-        sizes) and rebuilt when a tensor they depend on changes: an in-place
-        update bumps its version, a replaced tensor (a new ``Parameter``, a
-        new ``.data``, ``.to()``) has other storage, whose address the
-        cache keeps from being reused (see
-        :class:`~mmlape.models.layers.pe_plan.PEPlanCache`). Writes through
-        ``.data`` bypass PyTorch's version counter, so nothing without a
-        host read can see them; :meth:`train` and ``eval()`` empty the
-        cache, which is what mmengine's loops (and EMA swaps before them)
-        go through. Under ``torch.compile`` the cache is bypassed: its
-        pointer comparison would break the graph, and a compiled graph
-        computes the plan as part of itself.
+        In eval mode with autograd off, plans are cached per grid and
+        rebuilt when a tensor they depend on changes
+        (:class:`~mmlape.models.layers.pe_plan.PEPlanCache`); writes through
+        ``.data`` bypass PyTorch's version counter, so :meth:`train` and
+        ``eval()`` empty the cache. Under ``torch.compile`` the cache is
+        bypassed (its pointer comparison would break the graph).
         """
         hw = tuple(hw)
         if (self.cache_pe_plan and not self.training

@@ -1,69 +1,26 @@
-"""mmseg's Vision Transformer signature on :class:`LaPEViT`'s machinery.
+"""mmseg's ``VisionTransformer`` signature on :class:`LaPEViT`.
 
 References:
-    mmseg 1.2.2's ``VisionTransformer`` (its arguments, defaults and
-    outputs: feature maps, optional ``[featmap, cls_token]`` pairs and the
-    ``out_origin`` embedding); ViT (Dosovitskiy et al., 2021) and Segmenter
-    (Strudel et al., ICCV 2021) for the models mmseg builds with it.
+    mmseg 1.2.2's ``VisionTransformer`` (arguments, defaults, outputs);
+    ViT and Segmenter (Strudel et al., ICCV 2021).
 
-:class:`LaPESegViT` only translates: mmseg's arguments become
-:class:`~mmlape.models.backbones.LaPEViT`'s (``mlp_ratio`` a feed-forward
-width, ``patch_pad``/``patch_norm``/``patch_bias`` the ``Patch``
-tokenizer's options, ``act_cfg``/``num_fcs`` the blocks'), and its two
-output hooks shape what mmseg returns. Blocks, PE joins and checkpoints are
-LaPEViT's.
+:class:`LaPESegViT` only translates mmseg's arguments and shapes its
+outputs; blocks, PE joins and checkpoints are LaPEViT's.
 """
-import re
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 from torch import Tensor
 
 from mmlape.registry import register_model
+from ..checkpoint.vit import mmseg_vit_name
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import resize_pos_embed
+from ..layers.tokenizers import tokens_to_map
+from .base import host_img_size, pretrained_init_cfg
 from .vit import LaPEViT
 
 __all__ = ['LaPESegViT']
-
-# mmlape parameter names -> mmseg's, for ``frozen_exclude`` (matched
-# against both).
-_MMSEG_NAMES = [
-    (r'^blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
-    (r'^blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
-    (r'^blocks\.(\d+)\.attn\.qkv\.(weight|bias)$',
-     r'layers.\1.attn.attn.in_proj_\2'),
-    (r'^blocks\.(\d+)\.attn\.proj\.', r'layers.\1.attn.attn.out_proj.'),
-    (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
-    (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
-    (r'^blocks\.', 'layers.'),
-    (r'^norm\.', 'ln1.'),
-    (r'^pre_norm\.', 'ln_pre.'),
-    (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
-]
-
-
-def mmseg_name(name: str) -> str:
-    """The name mmseg's ViT gives the parameter mmlape calls ``name``."""
-    for pattern, repl in _MMSEG_NAMES:
-        if re.match(pattern, name):
-            return re.sub(pattern, repl, name)
-    return name
-
-
-def _img_size(img_size: Union[int, Sequence[int]]) -> Tuple[int, int]:
-    if isinstance(img_size, int) and not isinstance(img_size, bool):
-        return (img_size, img_size)
-    if not isinstance(img_size, (tuple, list)):
-        raise TypeError(f'img_size must be an int or a tuple, got '
-                        f'{img_size!r}')
-    if len(img_size) == 1:
-        img_size = (img_size[0], img_size[0])
-    if len(img_size) != 2:
-        raise ValueError(f'img_size must have 1 or 2 entries, got '
-                         f'{len(img_size)}: {img_size!r}')
-    return tuple(img_size)
 
 
 @register_model()
@@ -182,20 +139,11 @@ class LaPESegViT(LaPEViT):
                  pe_type: Optional[str] = None,
                  cache_pe_plan: bool = True,
                  init_cfg: Optional[Dict] = None) -> None:
-        img_size = _img_size(img_size)
+        img_size = host_img_size(img_size)
         if output_cls_token and not with_cls_token:
             raise ValueError('output_cls_token=True needs '
                              'with_cls_token=True')
-        if init_cfg and pretrained:
-            raise ValueError('pretrained and init_cfg cannot both be set; '
-                             'give the checkpoint in init_cfg')
-        if isinstance(pretrained, str):
-            warnings.warn('pretrained is deprecated: use '
-                          "init_cfg=dict(type='Pretrained', checkpoint=...)")
-            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        elif pretrained is not None:
-            raise TypeError(f'pretrained must be a str or None, got '
-                            f'{pretrained!r}')
+        init_cfg = pretrained_init_cfg(pretrained, init_cfg)
         if not isinstance(out_indices,
                           (int, list, tuple)) or isinstance(out_indices, bool):
             raise TypeError(f'out_indices must be an int, list or tuple, got '
@@ -264,7 +212,7 @@ class LaPESegViT(LaPEViT):
         if 'all' in self.frozen_exclude:
             return
         for name, param in self.named_parameters():
-            names = (name, mmseg_name(name))
+            names = (name, mmseg_vit_name(name))
             if not any(ex in n for ex in self.frozen_exclude for n in names):
                 param.requires_grad = False
 
@@ -280,9 +228,7 @@ class LaPESegViT(LaPEViT):
     # mmseg's outputs
     def _seg_output(self, x: Tensor, hw: Tuple[int,
                                                int]) -> Union[Tensor, List]:
-        patches = x[:, self.num_extra_tokens:]
-        b, _, c = patches.shape
-        featmap = patches.transpose(1, 2).reshape(b, c, *hw).contiguous()
+        featmap = tokens_to_map(x[:, self.num_extra_tokens:], hw)
         if self.output_cls_token:
             return [featmap, x[:, 0]]
         return featmap

@@ -1,24 +1,13 @@
-"""Swin Transformer with pluggable PE joins (default, LaPE, PVG, MPVG).
+"""Swin Transformer with pluggable PE joins.
 
 References:
-    Liu et al., "Swin Transformer: Hierarchical Vision Transformer using
-    Shifted Windows", ICCV 2021, and its official code
-    (microsoft/Swin-Transformer) for the architecture, the key layout and
-    the initialisation; mmpretrain's ``SwinTransformer`` for ``out_indices``,
-    zero-padding of windows (``pad_small_map``) and the absolute PE that
-    MPVG's Swin-Ti uses (``use_abs_pos_embed=True``); LaPE (Yu et al., ICCV
-    2023) and PVG/MPVG (Lee, Ham, Kim, AAAI 2025) for the joins.
+    Liu et al., "Swin Transformer", ICCV 2021, and its official code;
+    mmpretrain's ``SwinTransformer`` (arguments, ``pad_small_map``, the
+    absolute PE of MPVG's Swin-Ti); LaPE and PVG/MPVG for the joins.
 
-The backbone owns no join logic. Its join (``pe_join=dict(type=...)``, the
-same classes as :class:`~mmlape.models.backbones.LaPEViT`'s) builds the PE
-plan; the backbone describes its stages to the join and hands it one hook,
-:meth:`LaPESwin.carry_pe`, that takes a PE across a stage boundary the way
-the tokens cross it: through that stage's patch merging (its LayerNorm and
-reduction, shared with the tokens; no new parameters). Inside a layer the PE
-is added to ``norm1(x)`` before the window padding, the cyclic shift and the
-window partition, so all three apply to it exactly as to the tokens (the
-block, :class:`~mmlape.models.layers.block.SwinBlock`, lives with the ViT's
-block and takes the same PE bundle).
+The backbone owns no join logic: it describes its stages to the join and
+hands it :meth:`LaPESwin.carry_pe`, which takes a PE across a stage
+boundary through that stage's patch merging, as the tokens cross it.
 """
 import math
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -37,6 +26,7 @@ from ..layers.block import SwinBlock, WindowAttention, pad_grid
 from ..layers.pe_join import build_pe_join
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import resize_pos_embed
+from ..layers.tokenizers import tokens_to_map
 from .base import LaPEBackbone, parse_out_indices
 from .swin_arch import (SWIN_ARCH_ZOO, check_patch_cfg, common_window,
                         image_size, parse_swin_arch, stage_settings)
@@ -130,25 +120,14 @@ class SwinPatchEmbed(nn.Module):
 class LaPESwin(LaPEBackbone):
     """Swin Transformer whose absolute-PE join comes from config.
 
-    A drop-in for mmpretrain's ``SwinTransformer``: it takes every argument
-    of mmpretrain 1.2.0's class with its meaning and default, so an
-    mmpretrain config builds with only ``type`` changed (and computes what
-    upstream computes on the same weights, converted by
-    :mod:`mmlape.models.checkpoint.swin`), plus ``pe_join`` and
-    ``cache_pe_plan``.
-
-    A join that acts on the PE (LaPE, PVG, MPVG) gives Swin an absolute PE
-    at stage 1 unless ``use_abs_pos_embed`` says otherwise. The ``Default``
-    join follows ``use_abs_pos_embed`` as upstream does: plain Swin (no
-    absolute PE) by default, mmpretrain's ``SwinTransformer(
-    use_abs_pos_embed=True)``, the Swin-Ti of the MPVG paper, when set.
-    LaPE, PVG and MPVG give every layer ``l`` its own PE norm ``LN'_l`` of
-    its stage's width (``layers.{s}.blocks.{j}.pe_norm``); the PE stream
-    crosses each patch merging through that merging's own LayerNorm and
-    reduction (:meth:`carry_pe`). PVG and MPVG include layer 0 on this
-    staged backbone (the MPVG paper). There is no class token; a classifier
-    pools by GAP (mmpretrain's ``GlobalAveragePooling`` neck). Swin's window
-    relative position bias stays as it is under every join.
+    mmpretrain 1.2.0's ``SwinTransformer`` signature (every argument, with
+    its meaning and default; on the same weights the same outputs), plus
+    ``pe_join`` and ``cache_pe_plan``. A join that needs a PE (LaPE, PVG,
+    MPVG) turns the stage-1 absolute PE on unless ``use_abs_pos_embed``
+    says otherwise; each layer's PE norm has its stage's width
+    (``layers.{s}.blocks.{j}.pe_norm``), and PVG/MPVG include layer 0 on
+    this staged backbone (the MPVG paper). No class token: a classifier
+    pools by GAP. The windows' relative bias is kept under every join.
 
     Args:
         arch (str | dict): ``'t'``/``'tiny'``, ``'s'``/``'small'``,
@@ -170,8 +149,9 @@ class LaPESwin(LaPEBackbone):
             merging (twice the channels, half the grid). Defaults to False.
         use_abs_pos_embed (bool, optional): Own an absolute PE (learnable,
             truncated normal std 0.02). False is plain Swin and allows only
-            the ``Default`` join. Defaults to None: True for a join other
-            than ``Default``, else False (mmpretrain's default).
+            a join that needs no PE (``Default``). Defaults to None: the
+            join's ``needs_pe`` (False for ``Default``, mmpretrain's
+            default).
         interpolate_mode (str): How the raw PE is resized to another grid.
             Defaults to ``'bicubic'``.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
@@ -221,10 +201,8 @@ class LaPESwin(LaPEBackbone):
                           'use_abs_pos_embed', 'out_indices', 'pad_small_map',
                           'norm_cfg', 'out_after_downsample', 'stage_cfgs',
                           'patch_cfg')
-    #: How the recorded-model check (:mod:`mmlape.apis.model_check`) reads
-    #: an option a recorded config leaves out: every mmlape Swin config
-    #: saved before ``use_abs_pos_embed`` took mmpretrain's default meant
-    #: True, so an omitted value compares as True on both sides.
+    #: The recorded-model check reads an omitted ``use_abs_pos_embed`` as
+    #: True on both sides (what mmlape's older Swin configs meant).
     option_defaults = dict(use_abs_pos_embed=True)
     checkpoint_family = SWIN
 
@@ -285,17 +263,6 @@ class LaPESwin(LaPEBackbone):
                                         drop_path_rate, with_cp)
         self.window_size = common_window(blocks)
 
-        join_type = (
-            pe_join if isinstance(pe_join, str) else
-            (pe_join or {}).get('type', 'Default'))
-        if use_abs_pos_embed is None:
-            use_abs_pos_embed = str(join_type).lower() != 'default'
-        if not use_abs_pos_embed and str(join_type).lower() != 'default':
-            raise ValueError(
-                f'pe_join.type={join_type!r} needs an absolute PE: set '
-                f'use_abs_pos_embed=True (only the Default join runs '
-                f'without one)')
-        self.use_abs_pos_embed = use_abs_pos_embed
         self.pe_join = build_pe_join(
             pe_join,
             num_layers=self.num_layers,
@@ -305,6 +272,20 @@ class LaPESwin(LaPEBackbone):
             num_patches=self.grid_size[0] * self.grid_size[1],
             norm_cfg=blocks[0]['norm_cfg'],
             stages=list(zip(self.depths, self.stage_dims)))
+        join = self.pe_join
+        if use_abs_pos_embed is None:
+            use_abs_pos_embed = join.needs_pe
+        if join.needs_pe and not use_abs_pos_embed:
+            raise ValueError(
+                f'pe_join.type={join.name!r} needs an absolute PE: set '
+                f'use_abs_pos_embed=True (only a join that needs no PE, such '
+                f'as Default, runs without one)')
+        terms = set(join.attention_terms) - {'attn'}
+        if terms:
+            raise ValueError(f'pe_join.type={join.name!r} adds '
+                             f'{sorted(terms)} to attention; a Swin block '
+                             f'takes a PE added to its input only')
+        self.use_abs_pos_embed = use_abs_pos_embed
 
         self.patch_embed = SwinPatchEmbed(
             in_channels, self.embed_dims, patch_size,
@@ -441,9 +422,7 @@ class LaPESwin(LaPEBackbone):
                 out = getattr(self, f'norm{s}')(x)
                 if s == self.num_stages - 1 and plan.final is not None:
                     out = out + plan.final  # MPVG: LN(x_L) + LN'(pos)
-                b, _, c = out.shape
-                outs.append(
-                    out.transpose(1, 2).reshape(b, c, *hw).contiguous())
+                outs.append(tokens_to_map(out, hw))
             if stage.downsample is not None and not merge_first:
                 x, hw = stage.downsample(x, hw)
         return tuple(outs)
@@ -508,8 +487,7 @@ class LaPESwin(LaPEBackbone):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints: the model only describes itself;
-    # mmlape.models.checkpoint.swin converts, checks and fits
+    # checkpoints (mmlape.models.checkpoint.swin converts, checks and fits)
     def checkpoint_spec(self) -> SwinSpec:
         """What this backbone expects of a checkpoint, for
         :mod:`mmlape.models.checkpoint.swin`."""

@@ -1,21 +1,16 @@
 """The arch zoo of :class:`~mmlape.models.backbones.LaPESwin` and the checks
-of its config-level options.
+of its config-level options (mmpretrain's ``stage_cfgs``, ``patch_cfg``),
+with one-line errors that name the option.
 
 References:
-    Liu et al., "Swin Transformer: Hierarchical Vision Transformer using
-    Shifted Windows", ICCV 2021, and its official code for the settings of
-    each arch; mmpretrain's ``SwinTransformer`` for the meaning of
-    ``stage_cfgs`` and ``patch_cfg``.
-
-The helpers below turn an ``arch``, ``patch_cfg`` or ``stage_cfgs`` argument
-into the settings the backbone builds, with one-line errors that name the
-option; the backbone (:mod:`~mmlape.models.backbones.swin`) builds the
-modules.
+    Liu et al., "Swin Transformer", ICCV 2021, and its official code;
+    mmpretrain's ``SwinTransformer``.
 """
 from copy import deepcopy
 from typing import Dict, List, Sequence, Tuple, Union
 
 import torch
+from mmengine.utils import to_2tuple
 
 __all__ = [
     'SWIN_ARCH_ZOO', 'STAGE_CFG_KEYS', 'BLOCK_CFG_KEYS', 'DOWNSAMPLE_CFG_KEYS',
@@ -26,28 +21,15 @@ __all__ = [
 #: The archs by name (``LaPESwin.arch_zoo``): the paper's four, each under
 #: its short and long name, and a tiny one for tests.
 SWIN_ARCH_ZOO = {
-    **dict.fromkeys(['t', 'tiny'],
-                    dict(
-                        embed_dims=96,
-                        depths=[2, 2, 6, 2],
-                        num_heads=[3, 6, 12, 24])),
-    **dict.fromkeys(['s', 'small'],
-                    dict(
-                        embed_dims=96,
-                        depths=[2, 2, 18, 2],
-                        num_heads=[3, 6, 12, 24])),
-    **dict.fromkeys(['b', 'base'],
-                    dict(
-                        embed_dims=128,
-                        depths=[2, 2, 18, 2],
-                        num_heads=[4, 8, 16, 32])),
-    **dict.fromkeys(['l', 'large'],
-                    dict(
-                        embed_dims=192,
-                        depths=[2, 2, 18, 2],
-                        num_heads=[6, 12, 24, 48])),
-    'test-tiny':
-    dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4]),
+    name: dict(embed_dims=dims, depths=depths, num_heads=heads)
+    for names, dims, depths, heads in [
+        (('t', 'tiny'), 96, [2, 2, 6, 2], [3, 6, 12, 24]),
+        (('s', 'small'), 96, [2, 2, 18, 2], [3, 6, 12, 24]),
+        (('b', 'base'), 128, [2, 2, 18, 2], [4, 8, 16, 32]),
+        (('l', 'large'), 192, [2, 2, 18, 2], [6, 12, 24, 48]),
+        (('test-tiny', ), 16, [2, 2, 2, 2], [1, 2, 2, 4]),
+    ]
+    for name in names
 }
 
 #: What mmpretrain's ``stage_cfgs`` may set, per stage and per block, in
@@ -126,8 +108,7 @@ def image_size(img_size: Union[int, Sequence[int]], patch_size: int,
         if (not isinstance(value, int) or isinstance(value, bool)
                 or value < 1):
             raise ValueError(f'{name}={value!r} must be a positive int')
-    size = (img_size, img_size) if isinstance(img_size, int) else tuple(
-        int(v) for v in img_size)
+    size = tuple(to_2tuple(img_size))
     if len(size) != 2 or size[0] % patch_size or size[1] % patch_size:
         raise ValueError(f'img_size={img_size} must be an int or a pair '
                          f'divisible by patch_size={patch_size}')

@@ -1,21 +1,14 @@
-"""T2T-ViT with mmpretrain's ``T2T_ViT`` signature, on the one ViT.
+"""mmpretrain's ``T2T_ViT`` signature on :class:`LaPEViT`.
 
 References:
-    Yuan et al., "Tokens-to-Token ViT: Training Vision Transformers from
-    Scratch on ImageNet", ICCV 2021; mmpretrain 1.2.0's ``T2T_ViT`` for the
-    arguments, their defaults and what the model computes (its T2T token
-    layers scale attention by ``token_dims ** -0.5``; the fixed sinusoid is
-    a buffer of the state dict that a checkpoint carries and that is
-    resized, not rebuilt, for another image size).
+    Yuan et al., "Tokens-to-Token ViT", ICCV 2021; mmpretrain 1.2.0's
+    ``T2T_ViT`` (arguments, defaults, its attention scale, the sinusoid as a
+    state-dict buffer resized for another image size).
 
-A thin front of :class:`~mmlape.models.backbones.LaPEViT`: the arguments of
-mmpretrain's class become a ViT arch with the ``T2T`` tokenizer, the fixed
-1D sin-cos PE and no qkv bias, so the block loop, the outputs and the PE
-joins are the ViT's. Only the PE differs in kind: it is kept, like
-upstream's, as a buffer in the state dict (``pos_embed``, ``(1, 1 + N,
-C)``), and its checkpoint path
-(:data:`~mmlape.models.checkpoint.T2T_CHECKPOINTS`) keeps a file's stored
-sinusoid and resizes it to this model's grid.
+The arguments become a ViT arch (``T2T`` tokenizer, fixed 1D sin-cos PE,
+no qkv bias); blocks, outputs and joins are the ViT's. The PE stays a
+buffer of the state dict, which the checkpoint path
+(:mod:`mmlape.models.checkpoint.t2t`) keeps and resizes.
 """
 from copy import deepcopy
 from dataclasses import replace

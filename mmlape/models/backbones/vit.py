@@ -1,22 +1,16 @@
-"""The one Vision Transformer backbone of mmlape, with pluggable PE joins.
+"""The one Vision Transformer of mmlape, with pluggable PE joins.
 
 References:
-    ViT (Dosovitskiy et al., 2021), DeiT (Touvron et al., 2021), LaPE
-    (Yu et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025); mmpretrain's
-    ``VisionTransformer`` for the output types, ``out_indices`` and
-    ``get_layer_depth`` conventions that OpenMMLab tools expect.
-    T2T-ViT (Yuan et al., ICCV 2021), CeiT (Wu et al., ICCV 2021), ViT-Lite
-    and CCT (Hassani et al., 2021) and their official code for the other
-    members of the arch zoo.
+    ViT (Dosovitskiy et al., 2021), DeiT (Touvron et al., 2021), LaPE (Yu
+    et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025); mmpretrain's
+    ``VisionTransformer`` (arguments, output types, ``get_layer_depth``);
+    T2T-ViT, CeiT, ViT-Lite and CCT and their official code for the other
+    archs (:mod:`.vit_arch`).
 
-DeiT (classification, mmpretrain) and Segmenter (segmentation, mmseg) are this
-backbone with different outputs; ViT-Adapter subclasses it. T2T-ViT, CeiT,
-ViT-Lite and CCT are this backbone with other parts: a tokenizer
-(:mod:`~mmlape.models.layers.tokenizers`), an FFN
-(:mod:`~mmlape.models.layers.ffn`) and a pooling
-(:mod:`~mmlape.models.layers.pooling`), each chosen by config; the archs
-and the checks of these options are in :mod:`.vit_arch`. The only loop
-over encoder blocks is :meth:`LaPEViT.forward_blocks`.
+DeiT, Segmenter, ViT-Adapter and the T2T-ViT/CeiT/ViT-Lite/CCT archs are
+this backbone with other outputs or parts (tokenizer, FFN, pooling, chosen
+by config). The only loop over encoder blocks is
+:meth:`LaPEViT.forward_blocks`.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -24,21 +18,22 @@ import torch
 import torch.nn as nn
 import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
+from mmengine.utils import to_2tuple
 from torch import Tensor
 
 from mmlape.registry import POOLINGS, register_model
 from ..checkpoint import VIT, ViTSpec
 from ..layers.block import TransformerBlock
 from ..layers.parts import build_part
-from ..layers.pe_join import build_pe_join
+from ..layers.pe_join import resolve_pe_join
 from ..layers.pe_plan import PEPlan
 from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
                                 resize_pos_embed)
-from ..layers.tokenizers import PatchEmbed
+from ..layers.tokenizers import PatchEmbed, tokens_to_map
 from .base import LaPEBackbone, parse_out_indices
 from .vit_arch import (VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, block_cfgs,
                        build_tokenizer, gap_norm_applies, parse_vit_arch,
-                       per_layer, pooling_cfg, to_2tuple)
+                       per_layer, pooling_cfg)
 
 __all__ = ['LaPEViT', 'PatchEmbed']
 
@@ -88,10 +83,11 @@ class LaPEViT(LaPEBackbone):
             ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
             ``norm_cfg``, ``layer_scale_init_value``, ``act_cfg``
             (``num_fcs=2``, ``ffn_type='origin'``). Defaults to None.
-        pe_join (dict | str, optional): The join, e.g.
-            ``dict(type='LaPE', hierarchical=True)``; one of ``Default``,
-            ``Share``, ``Unshare``, ``LaPE``, ``PVG``, ``MPVG``. Defaults to
-            ``Default``.
+        pe_join (dict | str | type, optional): The join, e.g.
+            ``dict(type='LaPE', hierarchical=True)``, a registered name (any
+            case) or a join class (see
+            :func:`~mmlape.models.layers.pe_join.resolve_pe_join`).
+            Defaults to ``Default``.
         pe_type (str, optional): ``learnable``, ``sincos1d``, ``sincos2d``
             or ``relative``. Defaults to ``learnable``.
         with_cls_token (bool, optional): Prepend a class token. Defaults to
@@ -211,8 +207,8 @@ class LaPEViT(LaPEBackbone):
 
         self.embed_dims = arch['embed_dims']
         self.num_layers = arch['num_layers']
-        self.img_size = to_2tuple(
-            pick('img_size', img_size, defaults['img_size']))
+        self.img_size = tuple(
+            to_2tuple(pick('img_size', img_size, defaults['img_size'])))
         pe_type = pick('pe_type', pe_type, defaults['pe_type'])
         if pe_type not in PE_TYPES:
             raise ValueError(f'Unknown pe_type={pe_type!r}; choose one of '
@@ -247,11 +243,11 @@ class LaPEViT(LaPEBackbone):
         self.grid_size = tuple(
             self.patch_embed.out_grid(input_size or self.img_size))
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        pool_cfg = pooling_cfg(out_type, pooling, arch.get('pooling'), pe_join,
-                               with_cls_token)
-
-        self.pe_join = build_pe_join(
-            pe_join,
+        join_cls, join_options = resolve_pe_join(pe_join)
+        pool_cfg = pooling_cfg(out_type, pooling, arch.get('pooling'),
+                               join_cls, with_cls_token)
+        self.pe_join = join_cls(
+            **join_options,
             num_layers=self.num_layers,
             embed_dims=self.embed_dims,
             with_cls_token=with_cls_token,
@@ -285,9 +281,12 @@ class LaPEViT(LaPEBackbone):
             if pre_norm else nn.Identity())
 
         windows = per_layer(window_size, self.num_layers, 'window_size')
-        if any(windows) and (with_cls_token or pe_type == 'relative'):
-            raise ValueError('window attention needs with_cls_token=False '
-                             "and an absolute pe_type")
+        terms = set(self.pe_join.attention_terms) - {'attn'}
+        if any(windows) and (with_cls_token or terms):
+            raise ValueError(
+                f'window attention needs with_cls_token=False and a join '
+                f'that adds nothing but a PE to attention; '
+                f'pe_join.type={self.pe_join.name!r} adds {sorted(terms)}')
         self.out_indices = parse_out_indices(out_indices, self.num_layers,
                                              'layers')
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
@@ -341,7 +340,7 @@ class LaPEViT(LaPEBackbone):
         if final_norm:
             self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         self.fc_norm = None
-        if gap_norm_applies(out_type, arch, pe_join):
+        if gap_norm_applies(out_type, arch, self.pe_join):
             self.fc_norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         self._init_default_weights()
         self._freeze_stages()
@@ -489,11 +488,7 @@ class LaPEViT(LaPEBackbone):
             return pool(x, self.num_extra_tokens)
         if self.out_type == 'raw':
             return x
-        patches = x[:, self.num_extra_tokens:]
-        b, _, c = patches.shape
-        # Contiguous NCHW, as mmseg's ViT: the plain view is channels-last,
-        # which mmcv's CPU RoIAlign misreads (see vit_adapter.py).
-        return patches.transpose(1, 2).reshape(b, c, *hw).contiguous()
+        return tokens_to_map(x[:, self.num_extra_tokens:], hw)
 
     def _origin_outputs(self, x: Tensor, hw: Tuple[int, int]) -> List:
         """Outputs before the first layer (none; mmseg's ``out_origin``

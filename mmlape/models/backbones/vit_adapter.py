@@ -3,27 +3,13 @@
 References:
     Chen et al., "Vision Transformer Adapter for Dense Predictions", ICLR
     2023, and its official code (hyperparameters, window attention, layer
-    scale, the pyramid fusion; the detection code feeds the pyramid from the
-    last ViT stage, the segmentation code from each interaction).
-
-The pyramid hands mmdet and mmseg contiguous NCHW maps. Reshaped from the
-token sequence, a map is a channels-last view; batch norm and the FPN's
-convolutions keep that layout, and on CPU mmcv's ``RoIAlign`` reads its
-input as contiguous NCHW memory, so every RoI feature of Mask R-CNN came out
-scrambled and the detector never learnt to detect (issue 16; README, "Do
-the dense models learn?"). The official code makes its maps contiguous too.
+    scale, the pyramid fusion; its detection code feeds the pyramid from
+    the last ViT stage, its segmentation code from each interaction).
 
 The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
-interaction, with the PE plan of the backbone's join: LaPE/PVG reach the
-blocks exactly as in the classifier. ViT-Adapter has no final ViT norm, so an
-MPVG-pretrained DeiT can be fine-tuned in two ways (docs/recipes.md, "MPVG in
-ViT-Adapter"): (a) the PVG join alone (the checkpoint's ``norm`` and
-``pe_join.last_norm`` are logged as unused), or (b) ``pe_join='MPVG'`` with
-``final_norm=True``: the last ViT output gets ``LN(x_L) + LN'_last(pos_0)``
-(:meth:`LaPEViT.final`) before the pyramid adds it.
-
-The adapter's own modules start as in the official code, generic first and
-specialised last (:func:`~mmlape.models.layers.adapter.init_adapter_weights`).
+interaction, under the join's plan. The ways to fine-tune an MPVG
+checkpoint without a final ViT norm: docs/recipes.md, "MPVG in
+ViT-Adapter".
 """
 from typing import Any, Dict, List, Literal, Optional, Sequence, Union
 
@@ -37,6 +23,7 @@ from mmlape.registry import register_model
 from ..layers.adapter import (InteractionBlock, SpatialPriorModule,
                               deform_inputs, init_adapter_weights,
                               reset_deformable_attention)
+from ..layers.tokenizers import tokens_to_map
 from .vit import LaPEViT
 
 __all__ = ['LaPEViTAdapter']
@@ -276,14 +263,6 @@ class LaPEViTAdapter(LaPEViT):
         plan = self.pe_plan(hw)
         tokens = self.embed(tokens, plan)
         shapes = [(hw[0] * 2, hw[1] * 2), hw, (hw[0] // 2, hw[1] // 2)]
-        b, _, dims = tokens.shape
-
-        def as_map(t, size):
-            # Contiguous NCHW (see the module note): the plain view is
-            # channels-last, which mmcv's CPU RoIAlign misreads and which
-            # gets wrong batch-norm input gradients for a batch of one.
-            return t.transpose(1, 2).reshape(b, dims, *size).contiguous()
-
         outs = []
         for layer, (start, end) in zip(self.interactions,
                                        self.interaction_indexes):
@@ -295,16 +274,16 @@ class LaPEViTAdapter(LaPEViT):
             tokens = outs[-1] = self.final(tokens, plan)
 
         n2, n3 = c2.shape[1], c3.shape[1]
-        c2 = as_map(c[:, :n2], shapes[0])
-        c3 = as_map(c[:, n2:n2 + n3], shapes[1])
-        c4 = as_map(c[:, n2 + n3:], shapes[2])
+        c2 = tokens_to_map(c[:, :n2], shapes[0])
+        c3 = tokens_to_map(c[:, n2:n2 + n3], shapes[1])
+        c4 = tokens_to_map(c[:, n2 + n3:], shapes[2])
         c1 = self.up(c2) + c1
         feats = [c1, c2, c3, c4]
         if self.add_vit_feature:
             if self.vit_feature_source == 'last':
-                vit = [as_map(tokens, hw)] * 4
+                vit = [tokens_to_map(tokens, hw)] * 4
             else:
-                vit = [as_map(t, hw) for t in outs]
+                vit = [tokens_to_map(t, hw) for t in outs]
             for i, scale in enumerate((4, 2, 1, 0.5)):
                 v = vit[i]
                 if scale != 1:

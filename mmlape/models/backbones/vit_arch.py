@@ -1,25 +1,20 @@
 """The arch zoo of :class:`~mmlape.models.backbones.LaPEViT` and the checks
-of its config-level options.
+of its config-level options (``arch``, ``tokenizer``, ``pooling``,
+mmpretrain's ``patch_cfg`` and ``layer_cfgs``), with one-line errors that
+name the option.
 
 References:
-    DeiT (Touvron et al., 2021), T2T-ViT (Yuan et al., ICCV 2021), CeiT (Wu
-    et al., ICCV 2021), ViT-Lite and CCT (Hassani et al., 2021) and their
-    official code for the settings of each arch.
-
-An arch is a dict of the four keys every ViT has (:data:`ARCH_KEYS`) plus
-the settings it fixes (:data:`ARCH_OPTIONS`): defaults of constructor
-arguments, and settings of the original model that have no argument of
-their own. The helpers below turn an ``arch``, ``tokenizer`` or ``pooling``
-argument into what the backbone builds, with one-line errors that name the
-option; the backbone (:mod:`~mmlape.models.backbones.vit`) builds the
-modules.
+    DeiT, T2T-ViT, CeiT, ViT-Lite and CCT and their official code for the
+    settings of each arch; mmpretrain's ``VisionTransformer`` archs.
 """
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import torch.nn as nn
+from mmengine.utils import to_2tuple
 
-from mmlape.registry import PE_JOINS, POOLINGS, TOKENIZERS
-from ..layers.parts import build_part, part_class
+from mmlape.registry import POOLINGS, TOKENIZERS
+from ..layers.parts import build_part, part_cfg, part_class
+from ..layers.pe_join_base import BasePEJoin
 from ..layers.pooling import ClsTokenPool
 from ..layers.tokenizers import PatchEmbed
 
@@ -82,87 +77,56 @@ MMPRETRAIN_VIT_ARCHS = {
     **dict.fromkeys(('dinov2-g', 'dinov2-giant'), _vit(1536, 40, 24, 6144)),
 }
 
+#: Compact-Transformers' 7-layer encoder (ViT-Lite, CCT): 32x32 inputs, the
+#: FFN residual from the normalised stream, no qkv bias, PE std 0.2.
+_COMPACT = dict(
+    _vit(256, 7, 4, 512),
+    img_size=32,
+    qkv_bias=False,
+    norm_cfg=LN5,
+    norm2_in_residual=True,
+    pos_embed_std=0.2)
+
 #: The archs by name (``LaPEViT.arch_zoo``): mmpretrain's, then mmlape's.
 VIT_ARCH_ZOO = {
     **MMPRETRAIN_VIT_ARCHS,
-    # T2T module with Performer token layers; fixed 1D sinusoidal PE;
-    # no qkv bias; LayerNorm eps 1e-5.
+    # T2T module with Performer token layers, fixed 1D sin-cos PE
     't2t-vit-7':
     dict(
-        embed_dims=256,
-        num_layers=7,
-        num_heads=4,
-        feedforward_channels=512,
+        _vit(256, 7, 4, 512),
         tokenizer=dict(type='T2T', token_dims=64, attention='performer'),
         pe_type='sincos1d',
         qkv_bias=False,
         norm_cfg=LN5,
         gap_norm=False),
-    # Image-to-Tokens stem, LeFF in every block, LCA over the 12 class
-    # tokens.
+    # Image-to-Tokens stem, LeFF in every block, LCA over the class tokens
     'ceit-tiny':
     dict(
-        embed_dims=192,
-        num_layers=12,
-        num_heads=3,
-        feedforward_channels=768,
+        _vit(192, 12, 3, 768),
         tokenizer=dict(type='I2T', conv_channels=64, patch_size=4),
         ffn=dict(type='LeFF', kernel_size=3),
         out_type='pooled',
         pooling=dict(type='LCA'),
         norm_cfg=LN6),
-    # Compact-Transformers: 4x4 patches (Kaiming-normal) on 32x32, the
-    # FFN residual from the normalised stream, no qkv bias, PE std 0.2,
-    # class token starting at zero.
+    # 4x4 patches (Kaiming-normal), class token starting at zero
     'vit-lite-7/4':
     dict(
-        embed_dims=256,
-        num_layers=7,
-        num_heads=4,
-        feedforward_channels=512,
-        img_size=32,
+        _COMPACT,
         tokenizer=dict(
             type='Patch', patch_size=4, weight_init='kaiming_normal'),
-        qkv_bias=False,
-        norm_cfg=LN5,
-        norm2_in_residual=True,
-        pos_embed_std=0.2,
         cls_token_std=0.),
-    # As ViT-Lite-7/4 with one 3x3 conv + max-pool tokenizer and
-    # sequence pooling instead of a class token.
+    # one 3x3 conv + max-pool tokenizer, sequence pooling, no class token
     'cct-7/3x1':
     dict(
-        embed_dims=256,
-        num_layers=7,
-        num_heads=4,
-        feedforward_channels=512,
-        img_size=32,
+        _COMPACT,
         tokenizer=dict(type='Conv', num_layers=1, kernel_size=3),
         with_cls_token=False,
         out_type='pooled',
-        pooling=dict(type='SeqPool'),
-        qkv_bias=False,
-        norm_cfg=LN5,
-        norm2_in_residual=True,
-        pos_embed_std=0.2),
-    # Refuses inputs that are not a whole number of patches.
+        pooling=dict(type='SeqPool')),
+    # refuses inputs that are not a whole number of patches
     'test-tiny':
-    dict(
-        embed_dims=64,
-        num_layers=4,
-        num_heads=2,
-        feedforward_channels=256,
-        tokenizer=dict(type='Patch', padding=None)),
+    dict(_vit(64, 4, 2, 256), tokenizer=dict(type='Patch', padding=None)),
 }
-
-
-def to_2tuple(x: Union[int, Sequence[int]]) -> Tuple[int, int]:
-    if isinstance(x, int):
-        return (x, x)
-    x = tuple(int(v) for v in x)
-    if len(x) != 2:
-        raise ValueError(f'expected an int or a pair, got {x}')
-    return x
 
 
 def per_layer(value: Union[int, Sequence[int]], num_layers: int,
@@ -198,32 +162,17 @@ def parse_vit_arch(arch: Union[str, Dict], zoo: Dict[str, Dict]) -> Dict:
     return dict(arch)
 
 
-def gap_norm_applies(out_type: str, arch: Dict, pe_join: Union[None, str,
-                                                               Dict]) -> bool:
+def gap_norm_applies(out_type: str, arch: Dict,
+                     join: Type[BasePEJoin]) -> bool:
     """Whether ``out_type='avg_featmap'`` normalises the pooled vector.
 
     mmpretrain's ViT does (its ``ln2``; mmlape's ``fc_norm``), its T2T-ViT
-    does not (``gap_norm=False`` in the arch). PVG and MPVG, the joins that
-    remove the class token, pool as their papers do: GAP of the final-normed
-    tokens, without another norm.
+    does not (``gap_norm=False`` in the arch). A join without a class token
+    (PVG, MPVG) pools as its paper does: GAP of the final-normed tokens,
+    without another norm.
     """
     return (out_type == 'avg_featmap' and arch.get('gap_norm', True)
-            and _join_allows_cls_token(pe_join))
-
-
-def _join_allows_cls_token(pe_join: Union[None, str, Dict]) -> bool:
-    """Whether the join a config names keeps a class token (unknown types
-    are left to :func:`~mmlape.models.layers.pe_join.build_pe_join` to
-    refuse)."""
-    if pe_join is None:
-        return True
-    join_type = pe_join if isinstance(pe_join,
-                                      str) else dict(pe_join).get('type')
-    if isinstance(join_type, type):
-        return getattr(join_type, 'allows_cls_token', True)
-    lookup = {k.lower(): v for k, v in PE_JOINS.module_dict.items()}
-    cls = lookup.get(str(join_type).lower())
-    return True if cls is None else cls.allows_cls_token
+            and join.allows_cls_token)
 
 
 #: mmcv ``PatchEmbed`` arguments (mmpretrain's ``patch_cfg``) and the
@@ -246,7 +195,7 @@ def _patch_cfg_options(patch_cfg: Dict, in_channels: int,
         if key in PATCH_CFG_KEYS:
             options[PATCH_CFG_KEYS[key]] = value
         elif key == 'input_size':
-            input_size = None if value is None else to_2tuple(value)
+            input_size = None if value is None else tuple(to_2tuple(value))
         elif key == 'conv_type' and value in ('Conv2d', 'Conv'):
             continue
         elif key in ('in_channels', 'embed_dims') and value == dict(
@@ -275,8 +224,7 @@ def build_tokenizer(
     stride and its bias; ``patch_cfg`` (mmpretrain's, mmcv ``PatchEmbed``
     arguments) then overrides them as mmpretrain's ViT lets it. Both are
     refused for any other tokenizer."""
-    cfg = dict(type='Patch') if cfg is None else cfg
-    cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
+    cfg = part_cfg(cfg, default='Patch')
     input_size = None
     if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:
         cfg.setdefault('patch_size', VIT_OPTION_DEFAULTS['patch_size'])
@@ -361,11 +309,11 @@ def block_cfgs(layer_cfgs: Union[None, Dict, Sequence[Dict]],
 
 
 def pooling_cfg(out_type: str, pooling: Union[None, str, Dict],
-                arch_pooling: Union[None, str, Dict], pe_join: Union[None, str,
-                                                                     Dict],
+                arch_pooling: Union[None, str, Dict], join: Type[BasePEJoin],
                 with_cls_token: bool) -> Optional[Dict]:
     """The pooling config of ``out_type`` (``pooling``, else the arch's
-    ``arch_pooling``), checked against the join and the class token."""
+    ``arch_pooling``), checked against the join's class and the class
+    token."""
     if out_type == 'pooled':
         cfg = pooling if pooling is not None else arch_pooling
         if cfg is None:
@@ -379,15 +327,13 @@ def pooling_cfg(out_type: str, pooling: Union[None, str, Dict],
         cfg = {'cls_token': 'ClsToken', 'avg_featmap': 'GAP'}.get(out_type)
     if cfg is None:
         return None
-    cfg = dict(type=cfg) if isinstance(cfg, str) else dict(cfg)
+    cfg = part_cfg(cfg)
     cls = part_class(POOLINGS, 'pooling', cfg)
     if cls.cls_token_needed(cfg) and cls is not ClsTokenPool:
         # (ClsToken's refusal is the join's own message.)
-        if not _join_allows_cls_token(pe_join):
-            join = pe_join if isinstance(pe_join,
-                                         str) else dict(pe_join)['type']
+        if not join.allows_cls_token:
             raise ValueError(
-                f'pe_join.type={join!r} removes the class token, which '
+                f'pe_join.type={join.name!r} removes the class token, which '
                 f'pooling.type={cfg["type"]!r} needs. '
                 f'{cls.without_cls_token}.')
         if not with_cls_token:

@@ -1,35 +1,21 @@
 """The checkpoint path every backbone family fills in.
 
 References:
-    timm's ``checkpoint_filter_fn`` (a pure filter beside the model, which
-    the model merely calls) and mmengine's ``CheckpointLoader`` (how a file
-    is read; mmlape makes it safe, see :mod:`mmlape.utils.safe_load`).
+    timm's ``checkpoint_filter_fn`` (a pure filter beside the model) and
+    mmengine's ``CheckpointLoader`` (made safe by
+    :mod:`mmlape.utils.safe_load`).
 
-A checkpoint reaches an mmlape backbone in the same steps whatever its
-family (:class:`CheckpointFamily`):
-
-1. **read**: the state dict inside the file (``state_dict`` / ``model``, no
-   DDP ``module.`` prefix), and its backbone part (``prefix``);
-2. **detect** and **convert**: name the source layout and rename its keys to
-   mmlape's (:class:`Converted`; a bare model's classifier is kept aside);
-3. **check**: refuse a checkpoint of another PE join, or one whose file
-   records another model (the official LaPE code's ``args``);
-4. **fit**: the backbone's ``load_state_dict`` pre-hook fits the PE to the
-   model's grid, so every route (``init_cfg``, ``load_from``, resume) is
-   fitted;
-5. **load** and report what was missing, unexpected or new.
-
-A family (:mod:`.vit`, :mod:`.swin`) fills in detect, convert, check and
-fit; the reading, the whole-checkpoint conversion with its head mapping
-(``tools/convert/*``) and the load with its report are written here once.
-The backbone only describes itself (``checkpoint_spec()``) and names its
-family (see :class:`~mmlape.models.backbones.base.LaPEBackbone`).
+Every family (:class:`CheckpointFamily`) goes the same way: read the state
+dict and its backbone part; detect the layout and convert it to mmlape's
+names; check it against the join and the model the file records; fit it in
+the backbone's ``load_state_dict`` pre-hook (so every route is fitted);
+load and report what was missing, unexpected or new.
 """
 import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from mmengine.logging import print_log
@@ -40,7 +26,8 @@ from ..layers.pos_embed import resize_pos_embed
 __all__ = [
     'BACKBONE_PREFIX', 'Layout', 'Converted', 'CheckpointFamily',
     'unwrap_state_dict', 'strip_prefix', 'select_backbone', 'rename_keys',
-    'is_square', 'check_pe_width', 'fit_patch_rows', 'load_and_report'
+    'table_rules', 'is_square', 'check_pe_width', 'fit_patch_rows',
+    'load_and_report'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -170,6 +157,35 @@ def rename_keys(state_dict: Mapping,
             raise ValueError(f'Cannot convert key "{key}" of {source} '
                              f'checkpoint: mmlape has no counterpart')
     return out
+
+
+#: What a slot of a name table matches: ``{i}`` an index, ``{p}`` a
+#: weight or bias.
+_SLOTS = {'i': r'(\d+)', 'p': r'(weight|bias)'}
+
+
+def table_rules(table: Sequence[Tuple[str, str]],
+                reverse: bool = False) -> Rules:
+    """The :func:`rename_keys` rules of a name table: ``(source name,
+    mmlape name)`` pairs, each a prefix when it ends in ``.``, else a whole
+    key, with slots ``{i}`` and ``{p}`` (see :data:`_SLOTS`). ``reverse``
+    gives the rules from mmlape's names to the source's.
+
+    Example:
+        >>> rules = table_rules([('layers.{i}.ln1.', 'blocks.{i}.norm1.')])
+        >>> list(rename_keys({'layers.3.ln1.bias': 0}, rules, 'a ViT'))
+        ['blocks.3.norm1.bias']
+    """
+    rules = []
+    for pair in table:
+        src, dst = pair[::-1] if reverse else pair
+        slots = re.findall(r'\{(\w)\}', src)
+        pattern = re.escape(src)
+        for n, slot in enumerate(slots, 1):
+            pattern = pattern.replace(re.escape(f'{{{slot}}}'), _SLOTS[slot])
+            dst = dst.replace(f'{{{slot}}}', f'\\{n}')
+        rules.append(('^' + pattern + ('' if src.endswith('.') else '$'), dst))
+    return rules
 
 
 def is_square(n: int) -> bool:
@@ -341,6 +357,23 @@ class CheckpointFamily:
         return select_backbone(self.read(checkpoint), prefix)
 
     # -- the same for every family ------------------------------------------
+    def check_format(self, fmt: Optional[str]) -> Optional[str]:
+        """``fmt`` when it is None or one of :attr:`formats`."""
+        if fmt is not None and fmt not in self.formats:
+            raise ValueError(f'Unknown {self.name} checkpoint format '
+                             f'{fmt!r}; choose one of {list(self.formats)}')
+        return fmt
+
+    def convert_backbone(self,
+                         state_dict: Mapping,
+                         fmt: Optional[str] = None) -> Dict[str, Tensor]:
+        """The backbone keys of a state dict (a ``backbone.`` prefix
+        selects them from a whole model) of format ``fmt`` (one of
+        :attr:`formats`; detected when None), in mmlape's names and without
+        prefix."""
+        fmt = fmt or self.detect(state_dict)
+        return self.convert(select_backbone(state_dict), fmt).state_dict
+
     def convert_checkpoint(self,
                            checkpoint: Mapping,
                            fmt: Optional[str] = None,

@@ -1,40 +1,16 @@
-"""The official LaPE code's recorded run, in mmlape's terms.
+"""The official LaPE code's checkpoints and recorded run, in mmlape's terms.
 
 References:
-    The official LaPE code (Ingrid725/LaPE, DeiT's code base): ``main.py``
-    (``--model``, ``--pe``, ``--join-type``, ``--input-size``; the first
-    release of September 2023 named the join ``--pe_joining``) saves
-    ``{'model': ..., 'args': argparse.Namespace, ...}``;
+    The official LaPE code (Ingrid725/LaPE, on DeiT's): ``main.py`` saves
+    ``{'model': ..., 'args': argparse.Namespace}`` (``--model``, ``--pe``,
+    ``--join-type``; the first release's ``--pe_joining``);
     ``vision_transformer.py`` builds the PE (``learnable``, ``1D_sin`` and
-    ``2D_sin`` as frozen parameters, ``2D_RPE`` / the first release's
-    ``RPE`` as per-layer bias tables) and joins it.
+    ``2D_sin`` as frozen parameters, ``2D_RPE``/``RPE`` bias tables).
 
-What the official names mean (docs/methods.md, "Official LaPE
-checkpoints", has the table; :data:`OFFICIAL_JOINS` is the same table in
-code):
-
-- ``--join-type basic`` (first release: ``--pe_joining default``) adds the
-  PE once at the input: mmlape's ``Default``; ``share``: ``Share``;
-  ``unshare`` (built by the model, not offered by ``main.py``):
-  ``Unshare``.
-- ``--join-type LaPE`` chains the PE norms (``pos_{l+1} = LN'_l(pos_l)``):
-  ``LaPE`` with ``hierarchical=True``. The first release's
-  ``--pe_joining LaPE`` normalises the raw PE in every layer:
-  ``hierarchical=False``.
-- With the relative PE (``--pe 2D_RPE``) the model ignores ``basic``,
-  ``share`` and ``LaPE``: every layer adds its raw bias table, which is
-  mmlape's ``Default`` with ``pe_type='relative'``. Only the join ``LN``
-  (which the model accepts but ``main.py`` does not offer) normalises each
-  table with ``nn.LayerNorm(num_patches)``: mmlape's ``LaPE`` with
-  ``pe_type='relative'``. In the first release ``--pe RPE --pe_joining
-  LaPE`` builds that norm. (Neither release's forward runs its relative-PE
-  model as published; the weights are mapped by what ``RPE_Block``
-  computes.)
-
-The official code's weights in mmlape's names (its unshared PEs stacked,
-its relative-PE blocks renamed, a stored fixed PE checked and dropped, the
-weights checked against the recorded run) are here too; the ViT's path
-(:mod:`.vit`) calls them.
+:data:`OFFICIAL_JOINS` maps each official PE and join to mmlape's options
+(the table of docs/methods.md, "Official LaPE checkpoints"); the weights
+are converted here (unshared PEs stacked, relative-PE blocks renamed, a
+stored fixed PE checked and dropped) for the ViT's path (:mod:`.vit`).
 """
 import math
 import re
@@ -200,9 +176,9 @@ def read_official_run(checkpoint: Any) -> Optional[OfficialRun]:
 
     The official ``main.py`` stores its ``argparse.Namespace`` as ``args``
     (mmlape's safe loading restores it, see :mod:`mmlape.utils.safe_load`);
-    a file converted by ``tools/convert/vit_to_mmlape.py`` keeps the run in
-    ``meta['official_lape']``. ``args`` without ``pe`` (e.g. a plain DeiT
-    run's) record no LaPE run.
+    a file converted by ``tools/convert/to_mmlape.py --family vit`` keeps
+    the run in ``meta['official_lape']``. ``args`` without ``pe`` (e.g. a
+    plain DeiT run's) record no LaPE run.
 
     Args:
         checkpoint: The loaded file.

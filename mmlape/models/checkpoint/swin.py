@@ -1,22 +1,14 @@
 """Swin checkpoint layouts, their conversion to mmlape, and the fit.
 
 References:
-    The official Swin code (microsoft/Swin-Transformer: its key layout, the
-    channel order of patch merging, ``absolute_pos_embed``, the final
-    ``norm``, a classifier ``head``) and mmpretrain's ``SwinTransformer``
-    (``stages.{s}.blocks.{j}.attn.w_msa``, patch merging with
-    ``nn.Unfold``).
+    The official Swin code (microsoft/Swin-Transformer: key layout, the
+    channel order of patch merging) and mmpretrain's ``SwinTransformer``
+    (``stages.{s}.blocks.{j}.attn.w_msa``, merging by ``nn.Unfold``), whose
+    names mmdet's and mmseg's share.
 
-The Swin part of the path of :mod:`.common`, for
-:class:`~mmlape.models.backbones.LaPESwin`. mmlape's Swin keeps the official
-key layout (``layers.{s}.blocks.{j}.attn.qkv``,
-``layers.{s}.downsample.reduction``, the official channel order of patch
-merging), with ``pos_embed`` for the absolute PE and an output norm
-``norm{s}`` per output stage (mmpretrain's convention; the official final
-``norm`` is ``norm{last}``). mmpretrain's ``SwinTransformer`` merges patches
-with ``nn.Unfold``, whose channel order differs: its merging norm and
-reduction are permuted here. ``tools/convert/swin_to_mmlape.py`` writes the
-converted file (:func:`convert_swin_checkpoint`).
+mmlape's Swin keeps the official layout with ``pos_embed`` and one output
+norm ``norm{s}`` per output stage; mmpretrain's merging norm and reduction
+are permuted to the official channel order.
 """
 import math
 import re
@@ -150,22 +142,6 @@ _SWIN_CONVERTERS = {
 }
 
 
-def convert_swin_backbone(state_dict: Mapping,
-                          fmt: Optional[str] = None) -> Dict[str, Tensor]:
-    """Swin backbone keys of any known layout, as mmlape names them.
-
-    Args:
-        state_dict (Mapping): A state dict; a ``backbone.`` prefix selects
-            the backbone part of a whole model.
-        fmt (str, optional): One of :data:`SWIN_FORMATS`; detected when None.
-
-    Returns:
-        dict: mmlape backbone keys, without prefix.
-    """
-    fmt = fmt or detect_swin_format(state_dict)
-    return SWIN.convert(select_backbone(state_dict), fmt).state_dict
-
-
 # ----------------------------------------------------------------------
 # fitting a Swin checkpoint to one LaPESwin
 @dataclass(frozen=True)
@@ -207,10 +183,7 @@ class SwinCheckpoints(CheckpointFamily):
     def convert(self,
                 state_dict: Mapping,
                 fmt: Optional[str] = None) -> Converted:
-        fmt = fmt or detect_swin_format(state_dict)
-        if fmt not in _SWIN_CONVERTERS:
-            raise ValueError(f'Unknown Swin checkpoint format {fmt!r}; choose'
-                             f' one of {list(SWIN_FORMATS)}')
+        fmt = self.check_format(fmt) or detect_swin_format(state_dict)
         head = OrderedDict()
         if fmt == 'official':  # its classifier
             head = OrderedDict((suffix, state_dict['head.' + suffix])
@@ -260,9 +233,12 @@ class SwinCheckpoints(CheckpointFamily):
 
 #: The Swin checkpoint path.
 SWIN = SwinCheckpoints()
+#: Backbone keys of any layout the path reads, in mmlape's names
+#: (see :meth:`~.common.CheckpointFamily.convert_backbone`).
+convert_swin_backbone = SWIN.convert_backbone
 
 #: A whole Swin checkpoint to an mmlape one
-#: (``tools/convert/swin_to_mmlape.py``; see
+#: (``tools/convert/to_mmlape.py --family swin``; see
 #: :meth:`~.common.CheckpointFamily.convert_checkpoint`): an official
 #: classifier ``head.*`` goes to ``head.fc`` (``head='linear'``) or nowhere
 #: (``'none'``).

@@ -1,19 +1,12 @@
 """The checkpoint path of :class:`~mmlape.models.backbones.LaPET2TViT`.
 
 References:
-    mmpretrain's ``T2T_ViT`` (its sinusoid ``pos_embed`` is a buffer of
-    the state dict; a checkpoint's is resized, bicubic, to another grid)
-    and the official T2T-ViT code (yitu-opensource/T2T-ViT: the same
-    table, stored as a frozen parameter).
+    mmpretrain's ``T2T_ViT`` and the official T2T-ViT code (the sinusoid
+    ``pos_embed`` kept in the state dict, resized bicubic to another grid).
 
-The ViT's path (:mod:`.vit`) with one difference: the fixed sinusoid is a
-tensor of the model's state dict, as upstream keeps it, so a file's
-``pos_embed`` is kept (the ViT path checks and drops it, since the ViT
-rebuilds its fixed PE) and fitted to the model's grid like a learnable PE:
-a T2T-ViT checkpoint at another image size gives the model the stored table
-resized, as upstream does, not a table rebuilt for the new grid. A file
-converted without its table (``tools/convert/vit_family_to_mmlape.py``
-drops it) gets the table of the model's own grid.
+The ViT's path, except that a file's fixed sinusoid is kept and fitted like
+a learnable PE (the ViT's path drops it); a file without one gets the table
+of the model's grid.
 """
 from collections import OrderedDict
 from typing import Dict, List, Mapping, Optional

@@ -2,34 +2,16 @@
 
 References:
     The official DeiT and LaPE code (timm names; the distilled DeiT's
-    ``dist_token``, 198-row ``pos_embed`` and ``head_dist``; the LaPE code's
-    2D relative PE with ``blocks.{i}.attn.pe_norm`` and a stored
-    ``relative_position_index``; ``pos_embed{i}`` of the unshared PE), the
-    official ViT-Adapter detection and segmentation code (the backbone keeps
-    DeiT's ``1 + N``-row ``pos_embed`` but has no class token and never uses
-    row 0), mmpretrain's ``VisionTransformer`` / ``DistilledVisionTransformer``
-    and mmseg's ``VisionTransformer`` (their key names).
+    ``dist_token`` and PE row), the official ViT-Adapter (DeiT's ``1 + N``
+    PE rows without a class token), mmpretrain's and mmseg's
+    ``VisionTransformer`` (their key names).
 
-The ViT's part of the path of :mod:`.common`, for
-:class:`~mmlape.models.backbones.LaPEViT` and everything built on it
-(Segmenter, ViT-Adapter, the T2T-ViT/CeiT/ViT-Lite/CCT archs, whose official
-files :mod:`.vit_family` converts first):
-
-1. :func:`detect_layout` names the layout: the key naming and, row by row,
-   what the extra (non-patch) rows of ``pos_embed`` are. The layout, not the
-   presence of a ``cls_token`` key, decides how many extra rows there are
-   (a distilled DeiT has two, the official ViT-Adapter one unused row and no
-   class token).
-2. :func:`convert_layout` renames the keys to mmlape's and keeps only the
-   rows an mmlape model can use: a class-token row (when the source has a
-   class token) followed by the patch rows.
-3. :func:`fit_pos_embed` and :meth:`ViTCheckpoints.check` fit the result to
-   one backbone (:class:`ViTSpec`): resize the patch grid, drop or add
-   the class-token row, and refuse what cannot fit with a message that names
-   the problem.
-
-``tools/convert/vit_to_mmlape.py`` writes the converted file
-(:func:`convert_checkpoint`).
+For :class:`~mmlape.models.backbones.LaPEViT` and everything built on it:
+:func:`detect_layout` names the layout (the naming and what each extra PE
+row is: the layout, not a ``cls_token`` key, decides);
+:func:`convert_layout` renames the keys and keeps a class-token row and the
+patch rows; :func:`fit_pos_embed` and :meth:`ViTCheckpoints.check` fit the
+result to one backbone (:class:`ViTSpec`) or refuse it, naming why.
 """
 import re
 from collections import OrderedDict
@@ -41,8 +23,8 @@ from mmengine.logging import print_log
 from torch import Tensor
 
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
-                     Rules, check_pe_width, fit_patch_rows, is_square,
-                     rename_keys, select_backbone, strip_prefix)
+                     check_pe_width, fit_patch_rows, is_square, rename_keys,
+                     select_backbone, strip_prefix, table_rules)
 from .official_lape import (LAPE_REL_INDEX, LAPE_REL_NORM, PE_NORM_KEY,
                             OfficialRun, backbone_contradictions,
                             backbone_options, check_run_weights,
@@ -54,7 +36,8 @@ from .vit_family import VIT_FAMILY
 __all__ = [
     'FORMATS', 'ROW_KINDS', 'VIT', 'ViTSpec', 'detect_format', 'detect_layout',
     'convert_layout', 'convert_backbone', 'convert_mmpretrain_vit',
-    'convert_mmseg_vit', 'convert_checkpoint', 'fit_pos_embed'
+    'convert_mmseg_vit', 'convert_checkpoint', 'fit_pos_embed',
+    'MMPRETRAIN_VIT_NAMES', 'MMSEG_VIT_NAMES', 'mmseg_vit_name'
 ]
 
 Format = Literal['mmlape', 'timm', 'mmpretrain', 'mmseg']
@@ -67,30 +50,44 @@ FORMATS = ('mmlape', 'timm', 'mmpretrain', 'mmseg')
 #: class row although it has no class token).
 ROW_KINDS = ('cls', 'dist', 'unused')
 
-# (pattern, replacement) applied to backbone-level keys, first match wins.
-_MMPRETRAIN_RULES: Rules = [
-    (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
-    (r'^layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
-    (r'^layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
-    (r'^layers\.(\d+)\.attn\.qkv\.', r'blocks.\1.attn.qkv.'),
-    (r'^layers\.(\d+)\.attn\.proj\.', r'blocks.\1.attn.proj.'),
-    (r'^layers\.(\d+)\.attn\.gamma1\.weight$', r'blocks.\1.gamma1'),
-    (r'^layers\.(\d+)\.ffn\.gamma2\.weight$', r'blocks.\1.gamma2'),
-    (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
-    (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
-    (r'^ln1\.', 'norm.'),
-    # the norm after GAP (out_type='avg_featmap'), the pre-norm (mmseg:
-    # ln_pre) and the patch norm (mmseg's patch_norm)
-    (r'^ln2\.', 'fc_norm.'),
-    (r'^(pre_norm|ln_pre)\.', 'pre_norm.'),
-    (r'^patch_embed\.norm\.', 'patch_embed.norm.'),
-    (r'^(cls_token|pos_embed|dist_token)$', r'\1'),
-]
-_MMSEG_RULES: Rules = [
-    (r'^layers\.(\d+)\.attn\.attn\.in_proj_(weight|bias)$',
-     r'blocks.\1.attn.qkv.\2'),
-    (r'^layers\.(\d+)\.attn\.attn\.out_proj\.', r'blocks.\1.attn.proj.'),
-] + _MMPRETRAIN_RULES
+#: mmpretrain's ViT names and mmlape's (see :func:`.common.table_rules`).
+MMPRETRAIN_VIT_NAMES = [
+    ('patch_embed.projection.', 'patch_embed.proj.'),
+    ('layers.{i}.ln1.', 'blocks.{i}.norm1.'),
+    ('layers.{i}.ln2.', 'blocks.{i}.norm2.'),
+    ('layers.{i}.attn.qkv.', 'blocks.{i}.attn.qkv.'),
+    ('layers.{i}.attn.proj.', 'blocks.{i}.attn.proj.'),
+    ('layers.{i}.attn.gamma1.weight', 'blocks.{i}.gamma1'),
+    ('layers.{i}.ffn.gamma2.weight', 'blocks.{i}.gamma2'),
+    ('layers.{i}.ffn.layers.0.0.', 'blocks.{i}.mlp.fc1.'),
+    ('layers.{i}.ffn.layers.1.', 'blocks.{i}.mlp.fc2.'),
+    ('ln1.', 'norm.'),
+    ('ln2.', 'fc_norm.'),  # the norm after GAP (out_type='avg_featmap')
+    ('pre_norm.', 'pre_norm.'),
+    ('ln_pre.', 'pre_norm.'),
+    ('patch_embed.norm.', 'patch_embed.norm.'),
+] + [(k, k) for k in ('cls_token', 'pos_embed', 'dist_token')]
+#: mmseg's: its attention is ``nn.MultiheadAttention``; the rest as
+#: mmpretrain's.
+MMSEG_VIT_NAMES = [
+    ('layers.{i}.attn.attn.in_proj_{p}', 'blocks.{i}.attn.qkv.{p}'),
+    ('layers.{i}.attn.attn.out_proj.', 'blocks.{i}.attn.proj.'),
+    ('ln_pre.', 'pre_norm.'),
+] + MMPRETRAIN_VIT_NAMES
+_MMPRETRAIN_RULES = table_rules(MMPRETRAIN_VIT_NAMES)
+_MMSEG_RULES = table_rules(MMSEG_VIT_NAMES)
+_TO_MMSEG_RULES = table_rules(MMSEG_VIT_NAMES, reverse=True)
+
+
+def mmseg_vit_name(name: str) -> str:
+    """The name mmseg's ViT gives the parameter mmlape calls ``name`` (a
+    block's module mmseg lacks keeps its ``layers.{i}`` prefix)."""
+    for pattern, repl in _TO_MMSEG_RULES + [(r'^blocks\.', 'layers.')]:
+        if re.match(pattern, name):
+            return re.sub(pattern, repl, name)
+    return name
+
+
 # Modules only a ViT-Adapter backbone has.
 _ADAPTER_KEY = re.compile(r'^(level_embed$|spm\.|interactions\.)')
 
@@ -288,26 +285,6 @@ def convert_layout(state_dict: Mapping,
     return Converted(sd, layout, notes)
 
 
-def convert_backbone(state_dict: Mapping,
-                     fmt: Optional[str] = None) -> Dict[str, Tensor]:
-    """Backbone keys of any known layout, as mmlape names and lays them out.
-
-    Args:
-        state_dict (Mapping): A state dict; a ``backbone.`` prefix selects
-            the backbone part of a whole model.
-        fmt (str, optional): One of :data:`FORMATS`; detected when None.
-
-    Returns:
-        dict: mmlape backbone keys, without prefix.
-    """
-    if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f'Unknown checkpoint format {fmt!r}; choose one of '
-                         f'{list(FORMATS)}')
-    fmt = fmt or detect_format(state_dict)
-    sd = select_backbone(state_dict)
-    return convert_layout(sd, detect_layout(sd, fmt)).state_dict
-
-
 # ----------------------------------------------------------------------
 # step 3: fit one backbone
 def fit_pos_embed(src: Tensor,
@@ -371,9 +348,7 @@ class ViTCheckpoints(CheckpointFamily):
                 state_dict: Mapping,
                 fmt: Optional[str] = None,
                 pe_type: Optional[str] = None) -> Converted:
-        if fmt is not None and fmt not in FORMATS:
-            raise ValueError(f'Unknown checkpoint format {fmt!r}; choose one '
-                             f'of {list(FORMATS)}')
+        self.check_format(fmt)
         conv = convert_layout(state_dict, detect_layout(state_dict, fmt),
                               pe_type)
         # a bare timm-named model's classifier
@@ -503,9 +478,9 @@ class ViTCheckpoints(CheckpointFamily):
     def backbone_state(self, checkpoint: Mapping,
                        prefix: Optional[str]) -> Dict[str, Tensor]:
         """The backbone keys of a loaded file; an official T2T-ViT / CeiT /
-        ViT-Lite / CCT file is first converted as
-        ``tools/convert/vit_family_to_mmlape.py`` converts it (T2T-ViT's
-        EMA weights; ``prefix`` does not apply to such a file)."""
+        ViT-Lite / CCT file is first converted as the ``vit-family``
+        converter does (T2T-ViT's EMA weights; ``prefix`` does not apply to
+        such a file)."""
         family = VIT_FAMILY.detect(VIT_FAMILY.read(checkpoint, False))
         if not family:
             return super().backbone_state(checkpoint, prefix)
@@ -519,9 +494,12 @@ class ViTCheckpoints(CheckpointFamily):
 
 #: The ViT's checkpoint path.
 VIT = ViTCheckpoints()
+#: Backbone keys of any layout the path reads, in mmlape's names
+#: (see :meth:`~.common.CheckpointFamily.convert_backbone`).
+convert_backbone = VIT.convert_backbone
 
 #: A whole ViT checkpoint to an mmlape one
-#: (``tools/convert/vit_to_mmlape.py``; see
+#: (``tools/convert/to_mmlape.py --family vit``; see
 #: :meth:`~.common.CheckpointFamily.convert_checkpoint`): a timm classifier
 #: goes to ``head.layers.head`` (``head='vit'``), ``head.fc``
 #: (``'linear'``) or nowhere (``'none'``); a distilled DeiT's ``head_dist``

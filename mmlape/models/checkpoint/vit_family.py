@@ -1,21 +1,13 @@
 """Official T2T-ViT, CeiT, ViT-Lite and CCT layouts, for the one ViT.
 
 References:
-    The official code of each (key names and layouts):
-    yitu-opensource/T2T-ViT (``tokens_to_token.*``, Performer ``kqv``/``w``,
-    the sinusoid ``pos_embed`` stored as a frozen parameter; timm checkpoints
-    with ``state_dict`` and ``state_dict_ema``), mmpretrain's ``T2T_ViT``
-    (``encoder.{i}.ln1``, ``ffn.layers.0.0``), coeusguo/ceit (``i2t.*``,
-    ``blocks.{i}.leff.*``, ``lca.*``, ``pos_layer_embed``) and
-    SHI-Labs/Compact-Transformers (``tokenizer.conv_layers.*``,
-    ``classifier.*``).
+    The official code of each (key names, layouts): yitu-opensource/T2T-ViT
+    (timm files with ``state_dict_ema``), mmpretrain's ``T2T_ViT``,
+    coeusguo/ceit and SHI-Labs/Compact-Transformers.
 
-These models are archs of :class:`~mmlape.models.backbones.LaPEViT`, so
-their files are ViT checkpoints in other layouts: this module only detects
-and renames them (:data:`VIT_FAMILY`); the ViT path (:mod:`.vit`) converts
-such a file first and then checks, fits and loads it as any ViT checkpoint.
-``tools/convert/vit_family_to_mmlape.py`` writes the converted file
-(:func:`convert_vit_family_checkpoint`).
+These models are archs of :class:`~mmlape.models.backbones.LaPEViT`: their
+files are detected and renamed here (:data:`VIT_FAMILY`), then checked,
+fitted and loaded by the ViT's path (:mod:`.vit`).
 """
 import re
 from collections import OrderedDict
@@ -225,7 +217,7 @@ class ViTFamilyLayouts(CheckpointFamily):
 VIT_FAMILY = ViTFamilyLayouts()
 
 #: A whole official checkpoint of the ViT family to an mmlape one
-#: (``tools/convert/vit_family_to_mmlape.py``; see
+#: (``tools/convert/to_mmlape.py --family vit-family``; see
 #: :meth:`~.common.CheckpointFamily.convert_checkpoint`): the classifier goes
 #: to ``head.layers.head`` (``head='vit'``, mmlape's configs), ``head.fc``
 #: (``'linear'``) or nowhere (``'none'``); ``use_ema=True`` (the default)

@@ -5,7 +5,7 @@ from .mmcv_amp import (MMCV_FLOAT32_OPS, float32_autograd_function,
 from .parts import build_part, part_names
 from .pe_join import (DefaultJoin, LaPEJoin, MPVGJoin, PVGJoin, ShareJoin,
                       UnshareJoin, build_pe_join, pe_join_classes,
-                      pe_join_names)
+                      pe_join_names, resolve_pe_join)
 from .pe_join_base import BasePEJoin
 from .pe_plan import LayerPE, PEPlan, PEPlanCache
 from .pooling import BasePooling, ClsTokenPool, GAPPool, LCAPool, SeqPool
@@ -18,10 +18,10 @@ __all__ = [
     'Attention', 'Mlp', 'TransformerBlock', 'SwinBlock', 'WindowAttention',
     'BasePEJoin', 'DefaultJoin', 'LaPEJoin', 'LayerPE', 'MPVGJoin', 'PEPlan',
     'PEPlanCache', 'PVGJoin', 'ShareJoin', 'UnshareJoin', 'build_pe_join',
-    'pe_join_names', 'pe_join_classes', 'PE_TYPES', 'build_1d_sincos',
-    'build_2d_sincos', 'resize_pos_embed', 'LeFF', 'build_part', 'part_names',
-    'BasePooling', 'ClsTokenPool', 'GAPPool', 'LCAPool', 'SeqPool',
-    'ConvTokenizer', 'I2TTokenizer', 'PatchEmbed', 'T2TTokenizer',
-    'init_generic_weights', 'MMCV_FLOAT32_OPS', 'float32_autograd_function',
-    'install_float32_mmcv_ops'
+    'pe_join_names', 'pe_join_classes', 'resolve_pe_join', 'PE_TYPES',
+    'build_1d_sincos', 'build_2d_sincos', 'resize_pos_embed', 'LeFF',
+    'build_part', 'part_names', 'BasePooling', 'ClsTokenPool', 'GAPPool',
+    'LCAPool', 'SeqPool', 'ConvTokenizer', 'I2TTokenizer', 'PatchEmbed',
+    'T2TTokenizer', 'init_generic_weights', 'MMCV_FLOAT32_OPS',
+    'float32_autograd_function', 'install_float32_mmcv_ops'
 ]

@@ -36,7 +36,7 @@ from mmlape.registry import FFNS
 from .ffn import Mlp
 from .parts import build_part
 from .pe_add import add_attn_pe
-from .pe_plan import LayerPE
+from .pe_plan import LayerPE, QKFn
 
 __all__ = [
     'Attention', 'Mlp', 'TransformerBlock', 'relative_position_index',
@@ -143,19 +143,25 @@ class Attention(nn.Module):
     def forward(self,
                 x: Tensor,
                 bias: Optional[Tensor] = None,
-                hw: Optional[Tuple[int, int]] = None) -> Tensor:
+                hw: Optional[Tuple[int, int]] = None,
+                qk: Optional[QKFn] = None) -> Tensor:
         """Args:
             x (Tensor): Tokens ``(B, N, C)``.
             bias (Tensor, optional): Additive logits ``(1|B, heads, N, N)``.
             hw (tuple, optional): Patch grid; needed for window attention.
+            qk (QKFn, optional): Maps the queries and keys
+                ``(B, heads, N, head_dims)`` before the logits.
         """
         if self.window_size > 0:
-            if bias is not None:
-                raise ValueError('window attention takes no attention bias')
+            if bias is not None or qk is not None:
+                raise ValueError('window attention takes no attention bias '
+                                 'or q/k map')
             return self._window_forward(x, hw)
         b, n, c = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dims)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        if qk is not None:
+            q, k = qk(q, k)
         out = self._sdpa(q, k, v, bias)
         out = out.transpose(1, 2).reshape(b, n, c)
         return self.proj_drop(self.proj(out))
@@ -189,7 +195,7 @@ class Attention(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm encoder block with a slot for a layer-wise PE.
 
-    ``x' = x + DP(g1 * MSA(norm1(x) + pe.attn, bias=pe.bias))``,
+    ``x' = x + DP(g1 * MSA(norm1(x) + pe.attn, bias=pe.bias, qk=pe.qk))``,
     ``y = x' + DP(g2 * FFN(norm2(x')))``, where ``g1, g2`` are layer-scale
     vectors when enabled. With ``norm2_in_residual`` (ViT-Lite, CCT)
     ``y = norm2(x') + DP(FFN(norm2(x')))``. A join that needs a per-layer
@@ -290,13 +296,15 @@ class TransformerBlock(nn.Module):
             hw (tuple, optional): Patch grid, for window attention.
             pe (LayerPE, optional): This layer's PE: ``attn``
                 ``(1, N, C)``, added to ``norm1(x)`` only; ``bias``
-                ``(1, heads, N, N)``, added to the logits.
+                ``(1, heads, N, N)``, added to the logits; ``qk``, applied
+                to the queries and keys.
         """
-        attn_pos, attn_bias = (None, None) if pe is None else pe
+        pe = pe or LayerPE()
+        attn_pos = pe.attn
         h = self.norm1(x)
         if attn_pos is not None:
             h = add_attn_pe(h, attn_pos)
-        h = self.attn(h, attn_bias, hw)
+        h = self.attn(h, pe.bias, hw, pe.qk)
         if self.layer_scale:
             h = self.gamma1 * h
         x = x + (self.drop_path(h) if self.attn_drop_path else h)
@@ -506,10 +514,11 @@ class SwinBlock(nn.Module):
         """
         if hw is None:
             raise ValueError('a Swin block needs the patch grid hw')
-        attn_pos, attn_bias = (None, None) if pe is None else pe
-        if attn_bias is not None:
-            raise ValueError('a Swin block takes no PE logits bias (its '
-                             'window relative bias is its own)')
+        pe = pe or LayerPE()
+        attn_pos = pe.attn
+        if pe.bias is not None or pe.qk is not None:
+            raise ValueError('a Swin block takes no PE logits bias or q/k '
+                             'map (its window relative bias is its own)')
         h = self.norm1(x)
         if attn_pos is not None:
             h = add_attn_pe(h, attn_pos)

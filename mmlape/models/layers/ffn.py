@@ -1,15 +1,9 @@
-"""Feed-forward networks of the encoder block.
+"""Feed-forward networks of the encoder block: ``MLP`` (ViT/DeiT) and
+``LeFF``, the Locally-enhanced Feed-Forward of CeiT (Wu et al., ICCV 2021;
+coeusguo/ceit).
 
-References:
-    ``MLP``: ViT/DeiT (two linear layers with GELU).
-    ``LeFF``: the Locally-enhanced Feed-Forward of CeiT (Wu et al., ICCV
-    2021) as its official code (coeusguo/ceit) builds it: a 1x1
-    convolution, a depth-wise 3x3 convolution and a 1x1 convolution on the
-    patch tokens restored to their grid, each followed by BatchNorm, the
-    first two by GELU; the class token passes through unchanged.
-
-An FFN takes the block's normalised tokens ``(B, N, C)`` and the patch grid
-``hw``; tokens before the ``h * w`` patch tokens (a class token) are extra.
+An FFN takes the normalised tokens ``(B, N, C)`` and the patch grid ``hw``;
+tokens before the ``h * w`` patch tokens (a class token) are extra.
 """
 from typing import Dict, Optional, Tuple
 

@@ -1,23 +1,25 @@
-"""Building the pluggable parts of the ViT (tokenizer, FFN, pooling).
+"""Resolving and building the parts chosen by config: the ViT's tokenizer,
+FFN and pooling, and the PE joins (:mod:`.pe_join`).
 
-References:
-    mmengine's registries; the pattern of
-    :func:`mmlape.models.layers.pe_join.build_pe_join` (the backbone passes
-    context such as ``embed_dims``, the config passes ``type`` and the
-    part's own options).
-
-A part is chosen by config, e.g. ``tokenizer=dict(type='T2T',
-attention='performer')``. Type names match case-insensitively; an unknown
+A part config is ``dict(type=..., **options)``, a type name, a class, or
+None for the part's default. Names match case-insensitively; an unknown
 type or option ends in a ``ValueError`` that names the part, the bad value
-and what is allowed.
+and what is allowed. The backbone passes context (``embed_dims``, ...);
+the config passes the type and the part's own options.
 """
 import inspect
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch.nn as nn
 from mmengine.registry import Registry
 
-__all__ = ['build_part', 'init_defaults', 'part_names', 'part_options']
+__all__ = [
+    'PartCfg', 'build_part', 'find_part', 'init_defaults', 'part_cfg',
+    'part_class', 'part_names', 'part_options', 'resolve_part'
+]
+
+#: What a config may give for a part.
+PartCfg = Union[None, str, type, Dict]
 
 
 def part_names(registry: Registry) -> List[str]:
@@ -25,15 +27,63 @@ def part_names(registry: Registry) -> List[str]:
     return sorted(registry.module_dict)
 
 
-def _resolve(registry: Registry, kind: str, part_type) -> type:
+def part_cfg(cfg: PartCfg, default: PartCfg = None) -> Any:
+    """``cfg`` as ``dict(type=..., **options)`` (a copy); None stands for
+    ``default``, and stays None without one. Anything else is returned as
+    it is, for :func:`resolve_part` to refuse."""
+    if cfg is None:
+        cfg = default
+    if isinstance(cfg, str) or inspect.isclass(cfg):
+        return dict(type=cfg)
+    return dict(cfg) if isinstance(cfg, dict) else cfg
+
+
+def find_part(registry: Registry,
+              part_type: Any) -> Optional[Tuple[str, type]]:
+    """The registered name and class of ``part_type``: a name in any case,
+    or a class (its registered name, else its own); None for an unknown
+    name. The one case-insensitive lookup of the registries."""
     if inspect.isclass(part_type):
-        return part_type
-    lookup = {k.lower(): v for k, v in registry.module_dict.items()}
-    cls = lookup.get(str(part_type).lower())
-    if cls is None:
+        names = [k for k, v in registry.module_dict.items() if v is part_type]
+        return (names[0] if names else part_type.__name__), part_type
+    wanted = str(part_type).lower()
+    for name, cls in registry.module_dict.items():
+        if name.lower() == wanted:
+            return name, cls
+    return None
+
+
+def resolve_part(registry: Registry,
+                 kind: str,
+                 cfg: PartCfg,
+                 default: PartCfg = None) -> Tuple[type, Dict]:
+    """The class of a part config and its options (``type`` removed).
+
+    Args:
+        registry (Registry): ``TOKENIZERS``, ``FFNS``, ``POOLINGS`` or
+            ``PE_JOINS``.
+        kind (str): The backbone argument, for messages (``'tokenizer'``).
+        cfg (dict | str | type | None): The config.
+        default (dict | str | type, optional): What None stands for.
+
+    Raises:
+        ValueError: No type, or an unknown one.
+    """
+    cfg = part_cfg(cfg, default)
+    if not isinstance(cfg, dict) or 'type' not in cfg:
+        raise ValueError(f'{kind} must be a dict with a "type" key or a type '
+                         f'name, got {cfg!r}')
+    part_type = cfg.pop('type')
+    found = find_part(registry, part_type)
+    if found is None:
         raise ValueError(f'Unknown {kind}.type={part_type!r}; choose one of '
                          f'{part_names(registry)}')
-    return cls
+    return found[1], cfg
+
+
+def part_class(registry: Registry, kind: str, cfg: PartCfg) -> Optional[type]:
+    """The class a part config names (None for a None config)."""
+    return None if cfg is None else resolve_part(registry, kind, cfg)[0]
 
 
 def part_options(cls: type) -> List[str]:
@@ -61,17 +111,7 @@ def init_defaults(cls: type) -> Dict[str, Any]:
     return out
 
 
-def part_class(registry: Registry, kind: str,
-               cfg: Union[None, str, Dict]) -> Optional[type]:
-    """The class a part config names (None for a None config)."""
-    if cfg is None:
-        return None
-    if isinstance(cfg, str):
-        cfg = dict(type=cfg)
-    return _resolve(registry, kind, dict(cfg).get('type'))
-
-
-def build_part(registry: Registry, kind: str, cfg: Union[str, Dict],
+def build_part(registry: Registry, kind: str, cfg: PartCfg,
                **context) -> nn.Module:
     """Build a part from its config and the backbone's context.
 
@@ -82,7 +122,7 @@ def build_part(registry: Registry, kind: str, cfg: Union[str, Dict],
     Args:
         registry (Registry): ``TOKENIZERS``, ``FFNS`` or ``POOLINGS``.
         kind (str): The backbone argument, for messages (``'tokenizer'``).
-        cfg (dict | str): ``dict(type=..., **options)`` or a type name.
+        cfg (dict | str | type): The config.
         **context: Values the backbone decides (``embed_dims``, ...).
 
     Returns:
@@ -98,15 +138,7 @@ def build_part(registry: Registry, kind: str, cfg: Union[str, Dict],
         >>> type(ffn).__name__
         'Mlp'
     """
-    if isinstance(cfg, str):
-        cfg = dict(type=cfg)
-    if not isinstance(cfg, dict) or 'type' not in cfg:
-        raise ValueError(f'{kind} must be a dict with a "type" key or a type '
-                         f'name, got {cfg!r}')
-    cfg = dict(cfg)
-    part_type = cfg.pop('type')
-    cls = _resolve(registry, kind, part_type)
-    name = part_type if isinstance(part_type, str) else cls.__name__
+    cls, cfg = resolve_part(registry, kind, cfg)
     options = part_options(cls)
     clash = sorted(set(cfg) & set(context))
     if clash:
@@ -114,6 +146,7 @@ def build_part(registry: Registry, kind: str, cfg: Union[str, Dict],
                          f'and cannot be given in {kind}')
     unknown = sorted(set(cfg) - set(options))
     if unknown:
+        name = find_part(registry, cls)[0]
         raise ValueError(f'Unknown option(s) {unknown} for {kind}.type='
                          f'{name!r}; its options are '
                          f'{sorted(set(options) - set(context))}')

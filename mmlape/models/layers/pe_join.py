@@ -1,54 +1,34 @@
 """Position-embedding joins: how the PE reaches each encoder layer.
 
 References:
-    ``default``: ViT/DeiT (PE added to the tokens once, at the input).
-    ``share``/``unshare``: the baselines of the LaPE paper (the PE enters
-    the residual stream at every layer; one PE, or one per layer).
-    ``LaPE``: Yu et al., "LaPE: Layer-adaptive Position Embedding for Vision
-    Transformers with Independent Layer Normalization", ICCV 2023.
-    ``PVG``/``MPVG``: Lee, Ham, Kim, "Position Vector Guidance ..." (layer-
-    wise PE from layer 1 on, GAP, and for MPVG the PE added again at the
-    last LayerNorm), AAAI 2025.
-    The equations of every join, in the code's names: docs/methods.md.
+    ``Default``: ViT/DeiT. ``Share``/``Unshare``: the LaPE paper's
+    baselines. ``LaPE``: Yu et al., "LaPE: Layer-adaptive Position
+    Embedding for Vision Transformers with Independent Layer
+    Normalization", ICCV 2023. ``PVG``/``MPVG``: Lee, Ham, Kim, "Position
+    Vector Guidance ...", AAAI 2025. The equations, in the code's names:
+    docs/methods.md.
 
-A join is chosen by config (``pe_join=dict(type='LaPE', ...)``) and does one
-thing: it turns the raw position embedding into a
-:class:`~mmlape.models.layers.pe_plan.PEPlan`, which says what is added
-where in one forward pass. The backbone runs the plan
-(:meth:`mmlape.models.backbones.LaPEViT.forward_blocks`); no other code
-knows which join is in use. A plan depends on the weights and on the patch
-grid, never on the image, so in eval mode the backbone computes it once per
-grid and reuses it (:class:`~mmlape.models.layers.pe_plan.PEPlanCache`).
-
-A staged backbone (Swin: patch merging changes the grid and the width
-between stages) describes its stages to the join (the ``stages`` context
-argument) and hands the join's ``plan`` a ``carry`` hook that moves a PE
-across one stage boundary. The join decides what is carried and where; the
-backbone only knows how to cross a boundary. A plain ViT has one stage and
-no hook. What every join is given and provides is the base class,
-:class:`~mmlape.models.layers.pe_join_base.BasePEJoin`.
-
-The per-layer PE norms ``LN'_l`` are created by the join but stored on the
-blocks (``blocks.{l}.pe_norm``, the state-dict name of the LaPE code), so
-that layer-wise lr decay, freezing and checkpoint tools that key on
-``blocks.{l}`` treat them as part of their layer.
+A join turns the raw PE into a :class:`~.pe_plan.PEPlan` (what is added
+where in one forward pass); the backbone runs the plan and knows no join.
+Its per-layer PE norms are stored on the blocks (``blocks.{l}.pe_norm``,
+the LaPE code's name), so that tools keyed on ``blocks.{l}`` see them.
 """
-import inspect
-from typing import Dict, List, Optional, Sequence, Type, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from torch import Tensor
 
 from mmlape.registry import PE_JOINS
+from .parts import PartCfg, part_options, resolve_part
 from .pe_join_base import CONTEXT_ARGS, BasePEJoin, join_option_error
 from .pe_plan import CarryFn, PEPlan
 from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES
 
 __all__ = [
     'RELATIVE_PE_NORM_CFG', 'DefaultJoin', 'ShareJoin', 'UnshareJoin',
-    'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'pe_join_names',
-    'pe_join_classes'
+    'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'resolve_pe_join',
+    'pe_join_names', 'pe_join_classes'
 ]
 
 #: The norm of LaPE's relative-PE bias tables: the official code normalises
@@ -74,6 +54,7 @@ class DefaultJoin(BasePEJoin):
     """
     name = 'Default'
     pe_types = PE_TYPES
+    needs_pe = False
     supports_stages = True
     baseline = True
     config_suffix = ''
@@ -185,6 +166,10 @@ class LaPEJoin(BasePEJoin):
                     f'{self.num_layers} layers'))
         self.hierarchical = hierarchical
         self.num_pe_layers = num_pe_layers
+
+    @property
+    def attention_terms(self) -> Tuple[str, ...]:
+        return ('bias', ) if self.pe_type == 'relative' else ('attn', )
 
     @property
     def pe_layers(self) -> range:
@@ -350,53 +335,40 @@ def pe_join_classes(with_configs: bool = False) -> Dict[str, Type[BasePEJoin]]:
     }
 
 
-def build_pe_join(cfg: Union[None, str, Dict], **context) -> BasePEJoin:
-    """Build a join from its config and the backbone's context.
+def resolve_pe_join(cfg: PartCfg) -> Tuple[Type[BasePEJoin], Dict]:
+    """The join class a ``pe_join`` config names, and its options.
 
-    ``type`` is matched case-insensitively (``'lape'`` is ``'LaPE'``).
-
-    Args:
-        cfg (dict | str | None): ``dict(type=..., **options)``, a type
-            name, or None for ``Default``.
-        **context: ``num_layers``, ``embed_dims``, ``with_cls_token``,
-            ``pe_type``, ``num_patches``, ``norm_cfg``, ``stages`` (see
-            :class:`BasePEJoin`).
-
-    Returns:
-        BasePEJoin: The join.
+    ``cfg`` is ``dict(type=..., **options)``, a type name (any case:
+    ``'lape'`` is ``'LaPE'``), a join class, or None for ``Default``. The
+    class says what the backbone must provide
+    (:attr:`~BasePEJoin.allows_cls_token`, :attr:`~BasePEJoin.needs_pe`,
+    :attr:`~BasePEJoin.pe_types`, ...).
 
     Raises:
-        ValueError: Unknown type, unknown option or bad value; the message
-            names the option and what is allowed.
+        ValueError: Unknown type or option, or an option the backbone sets;
+            the message names it and what is allowed.
     """
-    if cfg is None:
-        cfg = dict(type='Default')
-    elif isinstance(cfg, str):
-        cfg = dict(type=cfg)
-    cfg = dict(cfg)
-    join_type = cfg.pop('type', None)
-    if inspect.isclass(join_type) and issubclass(join_type, BasePEJoin):
-        cls = join_type
-    else:
-        lookup = {k.lower(): v for k, v in PE_JOINS.module_dict.items()}
-        cls = lookup.get(str(join_type).lower())
-        if cls is None:
-            raise ValueError(f'Unknown pe_join.type={join_type!r}; '
-                             f'choose one of {pe_join_names()}')
-    allowed = set()
-    for klass in cls.__mro__:
-        if klass is nn.Module or not issubclass(klass, BasePEJoin):
-            continue
-        allowed |= set(inspect.signature(klass.__init__).parameters)
-    allowed -= {'self', 'kwargs'}
-    options = sorted(allowed - set(context) - set(CONTEXT_ARGS))
-    clash = sorted(set(cfg) & (set(context) | set(CONTEXT_ARGS)))
+    cls, options = resolve_part(PE_JOINS, 'pe_join', cfg, default='Default')
+    if not issubclass(cls, BasePEJoin):
+        raise ValueError(f'Unknown pe_join.type={cls!r}; choose one of '
+                         f'{pe_join_names()}')
+    clash = sorted(set(options) & set(CONTEXT_ARGS))
     if clash:
         raise ValueError(f'pe_join options {clash} are set by the backbone '
                          f'and cannot be given in pe_join')
-    unknown = sorted(set(cfg) - set(options))
+    allowed = sorted(set(part_options(cls)) - set(CONTEXT_ARGS))
+    unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(f'Unknown option(s) {unknown} for '
                          f'pe_join.type={cls.name!r}; its options are '
-                         f'{options}')
-    return cls(**context, **cfg)
+                         f'{allowed}')
+    return cls, options
+
+
+def build_pe_join(cfg: PartCfg, **context) -> BasePEJoin:
+    """Build a join from its config (see :func:`resolve_pe_join`) and the
+    backbone's context: ``num_layers``, ``embed_dims``, ``with_cls_token``,
+    ``pe_type``, ``num_patches``, ``norm_cfg``, ``stages`` (see
+    :class:`BasePEJoin`)."""
+    cls, options = resolve_pe_join(cfg)
+    return cls(**context, **options)

@@ -1,14 +1,8 @@
-"""The base of the position-embedding joins: what every join is given and
-what it must provide.
+"""The base of the joins: what every join is given and declares.
 
-A join (:mod:`~mmlape.models.layers.pe_join`) subclasses
-:class:`BasePEJoin`: it sets the class attributes that the backbones and
-the tools read (PE types, class token, stages, final-norm term, configs),
-and overrides :meth:`BasePEJoin.plan` and, with per-layer PE norms,
-:meth:`BasePEJoin.build_layer_norm`. The base checks the backbone's
-context arguments, keeps the stage of every layer and carries a PE across
-stage boundaries through the backbone's hook. The equations of every join,
-in the code's names: docs/methods.md.
+A join sets the class attributes the backbones and tools read (PE types,
+class token, stages, what it needs) and overrides :meth:`BasePEJoin.plan`
+and, with per-layer PE norms, :meth:`BasePEJoin.build_layer_norm`.
 """
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -65,6 +59,9 @@ class BasePEJoin(nn.Module):
     pe_types: Sequence[str] = ABSOLUTE_PE_TYPES
     #: Whether a class token is allowed.
     allows_cls_token: bool = True
+    #: Whether the join acts on a PE, so the backbone must own one of
+    #: :attr:`pe_types` (Swin's is optional: ``use_abs_pos_embed``).
+    needs_pe: bool = True
     #: Whether the join runs on a staged backbone (its PE stream is carried
     #: across stage boundaries by the backbone's hook).
     supports_stages: bool = False
@@ -158,6 +155,15 @@ class BasePEJoin(nn.Module):
                     f'the backbone\'s carry hook in plan()')
             pe = carry(pe, stage)
         return pe
+
+    @property
+    def attention_terms(self) -> Tuple[str, ...]:
+        """What the plans add to attention, as
+        :class:`~mmlape.models.layers.pe_plan.LayerPE` fields: ``'attn'``
+        (to the attention input), ``'bias'`` (to the logits), ``'qk'`` (a
+        map of the queries and keys). A backbone whose blocks lack one
+        refuses the join. Here: the relative PE's bias, if any."""
+        return ('bias', ) if self.pe_type == 'relative' else ()
 
     @property
     def extra_tokens(self) -> int:

@@ -1,41 +1,44 @@
 """The PE plan: what a join hands a backbone for one forward pass.
 
-A join (:mod:`~mmlape.models.layers.pe_join`) turns the raw position
-embedding into a :class:`PEPlan`; the backbone runs it, giving each block
-its :class:`LayerPE` bundle (``blk(x, hw, pe)``). A plan depends on the
-weights and on the patch grid, never on the image, so in eval mode the
-backbone computes it once per grid and reuses it (:class:`PEPlanCache`). A
-staged backbone moves a PE across a stage boundary with a :data:`CarryFn`
-hook that it hands the join. The equations of every join, in the code's
-names: docs/methods.md.
+A :class:`PEPlan` gives each block its :class:`LayerPE` bundle
+(``blk(x, hw, pe)``). It depends on the weights and the patch grid, never
+on the image, so in eval mode it is cached per grid (:class:`PEPlanCache`).
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, List, NamedTuple, Optional, Sequence
+from typing import (Callable, Hashable, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 from torch import Tensor
 
-__all__ = ['CarryFn', 'LayerPE', 'PEPlan', 'PEPlanCache']
+__all__ = ['CarryFn', 'QKFn', 'LayerPE', 'PEPlan', 'PEPlanCache']
 
 #: ``carry(pe, stage)``: a staged backbone's hook that moves a PE
 #: ``(1, N_{s-1}, C_{s-1})`` on stage ``s - 1``'s grid across the boundary
 #: into stage ``s`` (``(1, N_s, C_s)``), as the tokens cross it.
 CarryFn = Callable[[Tensor, int], Tensor]
+#: ``qk(q, k) -> (q, k)``: a map of one layer's queries and keys
+#: ``(B, heads, N', head_dims)`` before the logits, for a PE that is not
+#: added (a rotary PE rotates each head's q and k by its positions). A
+#: plan builds it for the grid, so it may hold the grid's tensors.
+QKFn = Callable[[Tensor, Tensor], Tuple[Tensor, Tensor]]
 
 
 class LayerPE(NamedTuple):
-    """What one encoder layer receives from a plan: the per-layer PE bundle
-    that every block type (:class:`~mmlape.models.layers.TransformerBlock`,
-    Swin's block) takes as ``blk(x, hw, pe)``.
+    """What one encoder layer receives from a plan, read by field name by
+    every block type (``blk(x, hw, pe)``).
 
     Attributes:
         attn (Tensor, optional): ``(1, N', C)``, added to the attention
             input ``norm1(x)`` only.
         bias (Tensor, optional): ``(1, heads, N', N')``, added to the
             attention logits (relative PE).
+        qk (QKFn, optional): Applied to the queries and keys (see
+            :data:`QKFn`).
     """
     attn: Optional[Tensor] = None
     bias: Optional[Tensor] = None
+    qk: Optional[QKFn] = None
 
 
 @dataclass
@@ -44,7 +47,7 @@ class PEPlan:
 
     For layer ``l`` the backbone computes
     ``x = x + residual[l]`` and then
-    ``x = x + MSA(norm1(x) + attn[l], bias=bias[l]) ...`` (see
+    ``x = x + MSA(norm1(x) + attn[l], bias=bias[l], qk=qk[l]) ...`` (see
     :class:`~mmlape.models.layers.TransformerBlock`). ``None`` means nothing
     is added. On a staged backbone ``N'`` and ``C`` are those of the layer's
     stage, and ``final`` is on the last stage's grid.
@@ -58,6 +61,8 @@ class PEPlan:
             attention input ``norm1(x)`` only.
         bias (list[Tensor | None]): ``(1, heads, N', N')`` per layer, added
             to the attention logits (relative PE).
+        qk (list[QKFn | None]): Per layer, a map of the queries and keys
+            (see :data:`QKFn`).
         final (Tensor, optional): ``(1, N', C)`` added after the final norm.
         final_mean (Tensor, optional): ``(1, C)``, the mean of ``final``
             over the patch tokens: what ``final`` adds to a globally
@@ -68,18 +73,20 @@ class PEPlan:
     residual: List[Optional[Tensor]] = field(default_factory=list)
     attn: List[Optional[Tensor]] = field(default_factory=list)
     bias: List[Optional[Tensor]] = field(default_factory=list)
+    qk: List[Optional[QKFn]] = field(default_factory=list)
     final: Optional[Tensor] = None
     final_mean: Optional[Tensor] = None
 
     def __post_init__(self) -> None:
-        for name in ('residual', 'attn', 'bias'):
+        for name in ('residual', 'attn', 'bias', 'qk'):
             if not getattr(self, name):
                 setattr(self, name, [None] * self.num_layers)
 
     def layer(self, index: int) -> LayerPE:
         """What layer ``index``'s block takes (the residual term is added
         to the stream before the block, by the backbone's loop)."""
-        return LayerPE(self.attn[index], self.bias[index])
+        return LayerPE(
+            attn=self.attn[index], bias=self.bias[index], qk=self.qk[index])
 
 
 class PEPlanCache:

@@ -1,24 +1,14 @@
 """Poolings: how the tokens of the last layer become one vector.
 
 References:
-    ``ClsToken``: ViT/DeiT (the class token after the final norm).
-    ``GAP``: global average pooling of the patch tokens, as PVG/MPVG (Lee,
-    Ham, Kim, AAAI 2025) use instead of a class token.
-    ``SeqPool``: the sequence pooling of CCT (Hassani et al., 2021,
-    Compact-Transformers): ``softmax_N(g(x))^T x`` with ``g`` a linear map to
-    one logit per token, after the final norm.
-    ``LCA``: CeiT's Layer-wise Class-token Attention (Wu et al., ICCV 2021;
-    coeusguo/ceit): one more encoder layer over the class tokens of all
-    layers (plus a learnable per-layer embedding, zero at the start) in
-    which only the last layer's class token queries; the final norm comes
-    after it. ``layer_token='gap'`` feeds it each layer's GAP token
-    instead, the CeiT-Ti PVG/MPVG that the MPVG paper counts (6.361M
-    parameters in its Table 1; docs/recipes.md, "CeiT-Ti").
+    ``ClsToken``: ViT/DeiT. ``GAP``: as PVG/MPVG (AAAI 2025). ``SeqPool``:
+    CCT (Compact-Transformers), ``softmax_N(g(x))^T x``. ``LCA``: CeiT's
+    Layer-wise Class-token Attention (Wu et al., ICCV 2021;
+    coeusguo/ceit); with ``layer_token='gap'`` over each layer's GAP token,
+    the CeiT-Ti PVG/MPVG of the MPVG paper (docs/recipes.md, "CeiT-Ti").
 
-A pooling is called by the backbone with the tokens ``(B, N, C)`` and the
-number of extra (class) tokens at their front. The class attributes tell the
-backbone what the pooling needs, so that a join that removes the class
-token is refused when the pooling cannot work without one.
+A pooling's class attributes tell the backbone what it needs, so that a
+join without a class token is refused where the pooling needs one.
 """
 from typing import Dict, Optional
 

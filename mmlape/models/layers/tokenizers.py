@@ -1,23 +1,15 @@
 """Tokenizers: how an image becomes the token grid of the ViT.
 
 References:
-    ``Patch``: ViT (Dosovitskiy et al., 2021) / DeiT, and ViT-Lite (Hassani
-    et al., "Escaping the Big Data Paradigm with Compact Transformers",
-    2021: a 4x4 patch convolution initialised with Kaiming-normal weights).
-    ``T2T``: Yuan et al., "Tokens-to-Token ViT", ICCV 2021 and its official
-    code (yitu-opensource/T2T-ViT): soft splits 7x7/4, 3x3/2, 3x3/2 with a
-    Performer (or Transformer) token layer between them, the value as the
-    shortcut, and a final linear projection.
-    ``I2T``: Wu et al., "Incorporating Convolution Designs into Visual
-    Transformers" (CeiT), ICCV 2021 and its code (coeusguo/ceit): a 7x7/2
-    convolution with BatchNorm and a 3x3/2 max-pool, then 4x4 patches.
-    ``Conv``: the convolutional tokenizer of CCT (Compact-Transformers):
-    3x3 convolutions with ReLU and 3x3/2 max-pooling.
+    ``Patch``: ViT/DeiT, and ViT-Lite (Compact-Transformers, Hassani et al.,
+    2021: a 4x4 patch convolution, Kaiming-normal). ``T2T``: Yuan et al.,
+    ICCV 2021 and yitu-opensource/T2T-ViT (soft splits 7x7/4, 3x3/2, 3x3/2
+    with Performer or Transformer token layers between them). ``I2T``:
+    CeiT (Wu et al., ICCV 2021; coeusguo/ceit). ``Conv``: CCT's
+    convolutional tokenizer.
 
 Every tokenizer maps ``(B, 3, H, W)`` to ``(tokens (B, N, C), (h, w))`` and
-tells the backbone its output grid for an input size (:meth:`out_grid`),
-which sets the PE grid. A tokenizer's own initialisation
-(``init_part_weights``) runs after the backbone's generic one.
+gives its output grid for an input size (``out_grid``), the PE grid.
 """
 import math
 from typing import Dict, Literal, Optional, Sequence, Tuple, Union
@@ -32,10 +24,19 @@ from mmlape.registry import TOKENIZERS
 
 __all__ = [
     'PatchEmbed', 'T2TTokenizer', 'PerformerTokenLayer',
-    'TransformerTokenLayer', 'I2TTokenizer', 'ConvTokenizer', 'conv_out'
+    'TransformerTokenLayer', 'I2TTokenizer', 'ConvTokenizer', 'conv_out',
+    'tokens_to_map'
 ]
 
 Grid = Tuple[int, int]
+
+
+def tokens_to_map(x: Tensor, hw: Sequence[int]) -> Tensor:
+    """Patch tokens ``(B, H*W, C)`` as a contiguous ``(B, C, H, W)`` map,
+    as the hosts' backbones return it (the plain view is channels-last,
+    which mmcv's CPU ``RoIAlign`` misreads and which gives batch norm wrong
+    input gradients for a batch of one)."""
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw).contiguous()
 
 
 def conv_out(size: int, kernel: int, stride: int, padding: int) -> int:

@@ -1,15 +1,9 @@
-"""The generic initialisation every mmlape backbone starts from.
+"""The generic initialisation every mmlape backbone starts from, before its
+specialised values (generic first, specialised last).
 
 References:
-    DeiT/timm's ``_init_weights`` (linear layers truncated normal with std
-    0.02 and zero bias, norms ones and zeros), the official Swin code (the
-    same) and the official ViT-Adapter's ``_init_weights`` (also
-    convolutions normal with std ``sqrt(2 / fan_out)``).
-
-Generic first, specialised last: a backbone runs this pass over its modules
-and then its own specialised values (PE and class token, relative-bias
-tables, a part's ``init_part_weights``, ViT-Adapter's deformable
-attention), which the generic pass would otherwise overwrite.
+    DeiT/timm's ``_init_weights``, the official Swin code and the official
+    ViT-Adapter's ``_init_weights``.
 """
 import math
 
