@@ -8,12 +8,14 @@ class from here.
 """
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-from .hooks import AtomicCheckpointHook
+from .hooks import AtomicCheckpointHook, WorkDirGuardHook
 from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
+from .strategies import LaPEFSDPStrategy
 
 __all__ = [
-    'AtomicCheckpointHook', 'LaPELayerDecayOptimWrapperConstructor',
-    'LaPEDeiTCosineLR', 'deit_epoch_lr'
+    'AtomicCheckpointHook', 'LaPEFSDPStrategy',
+    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
+    'WorkDirGuardHook', 'deit_epoch_lr'
 ]
 
 
