@@ -54,10 +54,13 @@ def model_num_classes(cfg: Config) -> Optional[Tuple[int, str]]:
     Example:
         >>> cfg = Config(dict(model=dict(head=dict(num_classes=4))))
         >>> model_num_classes(cfg)
-        (4, 'model.head.num_classes')
+        (4, 'model.head.num_classes=4')
     """
     found = list(_num_classes(cfg.get('model'), 'model'))
-    return min(found) if found else None
+    if not found:
+        return None
+    count, where = min(found)
+    return count, f'{where}={count}'
 
 
 def _dataset_class(scope: str, ds: dict) -> Optional[type]:
@@ -89,24 +92,22 @@ def _local(path: str) -> bool:
 def _check_text_labels(path: str, count: int, where: str) -> None:
     """mmpretrain's ``path label`` lines: each label an integer in
     ``[0, count)``."""
-    allowed = f'labels are 0..{count - 1} ({where})'
+    allowed = f'0..{count - 1} ({where})'
     with open(path, encoding='utf-8') as f:
         text = f.read()
     for number, line in enumerate(io.StringIO(text), 1):
+        head = f'annotation file "{path}" line {number}'
         parts = line.strip().rsplit(' ', 1)
         if len(parts) != 2:
-            raise DataError(f'annotation file "{path}" line {number}: no '
-                            f'label after the file name ("{line.strip()}"; '
-                            f'{allowed})')
+            raise DataError(f'{head}: no label after the file name in '
+                            f'"{line.strip()}" (labels are {allowed})')
         try:
             label = int(parts[1])
         except ValueError:
-            raise DataError(
-                f'annotation file "{path}" line {number}: label '
-                f'{parts[1]!r} is not an integer ({allowed})') from None
+            raise DataError(f'{head}: label {parts[1]!r} is not an integer '
+                            f'in {allowed}') from None
         if not 0 <= label < count:
-            raise DataError(f'annotation file "{path}" line {number}: label '
-                            f'{label} is outside the classes ({allowed})')
+            raise DataError(f'{head}: label {label} is outside {allowed}')
 
 
 def _check_folder_classes(folder: str, count: int, where: str) -> None:
@@ -118,8 +119,8 @@ def _check_folder_classes(folder: str, count: int, where: str) -> None:
         n for n in os.listdir(folder) if osp.isdir(osp.join(folder, n)))
     if len(names) > count:
         raise DataError(f'data folder "{folder}" has {len(names)} class '
-                        f'folders, labels 0..{len(names) - 1}, but the '
-                        f'model has {count} classes ({where})')
+                        f'folders, labels 0..{len(names) - 1}, outside '
+                        f'0..{count - 1} ({where})')
 
 
 def _check_coco(path: str, classes: Optional[Sequence[str]],
@@ -159,9 +160,8 @@ def _check_coco(path: str, classes: Optional[Sequence[str]],
                             f'categories (ids {shown})')
         label = label_of.get(cat)
         if count is not None and label is not None and label >= count:
-            raise DataError(
-                f'{what} ("{categories[cat]}"), label {label}, outside the '
-                f'model\'s classes (labels 0..{count - 1}, {where})')
+            raise DataError(f'{what} ("{categories[cat]}"), label {label}, '
+                            f'outside 0..{count - 1} ({where})')
 
 
 def check_dataset_labels(cfg: Config,
@@ -199,8 +199,7 @@ def check_dataset_labels(cfg: Config,
         if model is not None:
             count, where = model
         elif classes:
-            count, where = len(classes), f'the {len(classes)} classes of ' \
-                f'{key}'
+            count, where = len(classes), f'the {len(classes)} classes of {key}'
         else:
             count = where = None
         if scope == 'mmpretrain':

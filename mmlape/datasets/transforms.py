@@ -93,11 +93,11 @@ class CheckLabelMap(BaseTransform):
         num_classes (int): The classes of the model.
         ignore_index (int): The value losses and metrics ignore.
             Defaults to 255.
-        source (str): Where ``num_classes`` is set, for the message.
-            Defaults to ``'num_classes'``.
+        source (str, optional): Where ``num_classes`` is set, for the
+            message. Defaults to ``'num_classes=<num_classes>'``.
 
     Example:
-        >>> check = CheckLabelMap(num_classes=3, source='model.num_classes')
+        >>> check = CheckLabelMap(3, source='model.num_classes=3')
         >>> seg = np.array([[0, 2], [255, 7]], dtype=np.uint8)
         >>> try:
         ...     check(dict(gt_seg_map=seg, seg_map_path='a.png'))
@@ -109,10 +109,10 @@ class CheckLabelMap(BaseTransform):
     def __init__(self,
                  num_classes: int,
                  ignore_index: int = 255,
-                 source: str = 'num_classes') -> None:
+                 source: Optional[str] = None) -> None:
         self.num_classes = int(num_classes)
         self.ignore_index = ignore_index
-        self.source = source
+        self.source = source or f'num_classes={self.num_classes}'
 
     def transform(self, results: dict) -> dict:
         seg = results.get('gt_seg_map')
@@ -128,7 +128,7 @@ class CheckLabelMap(BaseTransform):
             results.get('label_map') is None
         shown = ', '.join(str(int(v) + raw) for v in values[:5])
         more = f' and {len(values) - 5} more' if len(values) > 5 else ''
-        n, where = self.num_classes, f'{self.source}={self.num_classes}'
+        n, where = self.num_classes, self.source
         if raw:
             classes = (f'with reduce_zero_label the classes are 1..{n} '
                        f'({where}), and 0 and {self.ignore_index} are '
