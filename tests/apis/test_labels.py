@@ -25,7 +25,8 @@ from tools import train  # noqa: E402
 sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
 from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
 
-MASK_RCNN = 'configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py'
+MASK_RCNN = ('configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_'
+             'coco.py')
 SEGMENTER = ('configs/segmenter/segmenter_vit-tiny-lape_mask_8xb1-160k_'
              'ade20k-512x512.py')
 
