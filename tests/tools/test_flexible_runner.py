@@ -60,9 +60,12 @@ def test_ddp_strategy_without_launcher_trains_resumes_and_tests(
     full, resumed = tmp_path / 'full', tmp_path / 'resumed'
     assert train.main([DEMO, '--work-dir', str(full)] +
                       tool_options(data, 4, *flex, interval=2)) == 0
-    log = capfd.readouterr().out
+    out = capfd.readouterr()
+    log = out.out + out.err
     assert 'DDPStrategy without a launcher: this one process runs ' \
         'SingleDeviceStrategy' in log
+    # mmengine's notices of its own deprecated calls are not shown
+    assert 'will be deprecated' not in log and 'is the alias of' not in log
     # --resume (the checkpoint is checked on the model FlexibleRunner builds)
     assert train.main([
         DEMO, '--work-dir',
@@ -174,6 +177,33 @@ def test_single_device_strategy_in_several_processes_is_refused(monkeypatch):
         type='MMDistributedDataParallel',
         broadcast_buffers=False,
         device_ids=None)
+
+
+def test_fsdp_on_a_cpu_torch_cannot_shard_is_refused_naming_why(monkeypatch):
+    """torch 2.13 runs FSDP on the CPU (the two-process test below); a
+    torch that cannot is named, with what works instead."""
+    import torch.distributed.fsdp as fsdp
+    from mmengine.config import Config
+
+    from mmlape.apis import check_flexible_runner
+
+    def cannot(*args, **kwargs):
+        raise RuntimeError('FSDP needs a non-CPU accelerator device, but no '
+                           'accelerator device is detected.')
+
+    monkeypatch.setattr(fsdp, 'FullyShardedDataParallel', cannot)
+    cfg = Config(
+        dict(
+            runner_type='FlexibleRunner',
+            launcher='pytorch',
+            strategy=dict(type='FSDPStrategy')))
+    with pytest.raises(ValueError) as info:
+        check_flexible_runner(cfg, on_cpu=True, world_size=2)
+    assert str(info.value) == (
+        f'strategy=FSDPStrategy on the CPU: torch {torch.__version__} does '
+        f'not run FSDP on the CPU (FSDP needs a non-CPU accelerator device, '
+        f'but no accelerator device is detected.); use DDPStrategy there, '
+        f'or GPUs')
 
 
 # ----------------------------------------------------------------------
