@@ -277,7 +277,8 @@ def setup_runner(cfg, phases):
         lock_work_dir(cfg.work_dir)
     _WORK_DIR = cfg.work_dir
     check_dataset_paths(cfg, phases)
-    check_dataset_labels(cfg, phases)
+    if rank == 0:  # reads every annotation once; its error stops the job
+        check_dataset_labels(cfg, phases)
     use_checked_image_loading(cfg, phases)
     use_checked_label_maps(cfg, phases)
     on_cpu = setup_cpu_distributed(cfg)
