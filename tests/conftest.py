@@ -238,6 +238,34 @@ def demo_options(data: str,
     ]
 
 
+def one_line_error(main, argv: List[str], capsys) -> str:
+    """Run a tool's ``main`` in process; assert that it ends with exit
+    status 2 and one line ``error: ...`` on stderr, and return the line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith('error: '), err[-3000:]
+    return lines[0]
+
+
+def tool_options(data: str,
+                 iters: int = 1,
+                 *extra: str,
+                 **kwargs) -> List[str]:
+    """:func:`demo_options` for an in-process run of a tool: batches of 4,
+    one warm-up iteration, and a fresh experiment name (in-process runs
+    must not share mmengine's named instances)."""
+    import time
+    kwargs.setdefault('batch_size', 4)
+    kwargs.setdefault('warmup', 1)
+    return demo_options(data, iters, **kwargs) + [
+        f'experiment_name=t{time.monotonic_ns()}', *extra
+    ]
+
+
 @pytest.fixture(scope='session')
 def pos_shapes_data(tmp_path_factory) -> str:
     """A small generated position-shapes set (64 train, 16 val images)."""

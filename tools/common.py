@@ -2,14 +2,18 @@
 checkpoint converters under ``tools/convert/`` share (:func:`convert_file`).
 
 Wrong input ends a tool with one line on stderr and exit status 2
-(:func:`fail`); under ``tools/dist_train.sh`` each rank also leaves its line
-in ``$MMLAPE_ERROR_DIR`` so that the script can end with the first rank's.
+(:func:`fail`), an OS error on the work dir too (no space, a quota, no
+permission, a read-only file system); under ``tools/dist_train.sh`` each
+rank also leaves its line in ``$MMLAPE_ERROR_DIR`` so that the script can
+end with the first rank's. A tool run as a command ends with status 143 on
+SIGTERM, without a traceback.
 """
 import argparse
 import contextlib
 import logging
 import os
 import os.path as osp
+import signal
 import sys
 import time
 import warnings
@@ -35,6 +39,10 @@ __all__ = [
 #: argument) and the options checks of model ``__init__``s (ValueError).
 #: They count as input errors only while the tools build from the config.
 SETUP_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError)
+
+#: The work dir of the run this process set up (:func:`setup_runner`):
+#: :func:`fail` reports an OS error on it as one line.
+_WORK_DIR: Optional[str] = None
 
 
 class ToolParser(argparse.ArgumentParser):
@@ -106,19 +114,38 @@ def fail(running: bool = False):
         caught += SETUP_ERRORS
     try:
         yield
-    except caught as err:
-        if isinstance(err, KeyError) and err.args:
-            message = ' '.join(str(err.args[0]).split())
-        else:
-            message = one_line(err)
-        _report(message, 'input')
-        print(f'error: {message}', file=sys.stderr)
-        _exit(2)
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as err:
-        _report(f'{type(err).__name__}: {one_line(err)}', 'bug')
-        raise
+        message = _input_message(err, caught)
+        if message is None:
+            _report(f'{type(err).__name__}: {one_line(err)}', 'bug')
+            raise
+        _report(message, 'input')
+        print(f'error: {message}', file=sys.stderr)
+        _release_work_dir()
+        _exit(2)
+
+
+def _input_message(err: BaseException, caught) -> Optional[str]:
+    """The one line of an input error (or of an OS error on the run's work
+    dir), None for a bug."""
+    if isinstance(err, caught):
+        if isinstance(err, KeyError) and err.args:
+            return ' '.join(str(err.args[0]).split())
+        return one_line(err)
+    if isinstance(err, OSError) and _WORK_DIR is not None:
+        from mmlape.utils.work_dir import work_dir_error
+        found = work_dir_error(err, _WORK_DIR)
+        return one_line(found) if found is not None else None
+    return None
+
+
+def _release_work_dir() -> None:
+    """Release this process's lock of the work dir (a tool run in process,
+    as the tests do, may be followed by another run there)."""
+    from mmlape.utils.work_dir import release_work_dir_locks
+    release_work_dir_locks()
 
 
 def _exit(code: int) -> None:
@@ -215,29 +242,74 @@ def check_device() -> Optional[str]:
     return require_usable_gpu()
 
 
+def _rank_and_size(launcher):
+    """This process's rank and the number of processes, from the
+    launcher's variables (before the process group exists)."""
+    env = os.environ
+    if launcher in (None, 'none'):
+        return 0, 1
+    for rank, size in (('RANK', 'WORLD_SIZE'), ('SLURM_PROCID',
+                                                'SLURM_NTASKS'),
+                       ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE')):
+        if rank in env and size in env:
+            return int(env[rank]), int(env[size])
+    return 0, 1
+
+
 def setup_runner(cfg, phases):
-    """Check the device, register the scope's modules, check work dir and
-    data, prepare CPU distributed runs and build the runner; a run on the
-    CPU says so once in its log."""
+    """Check the device, the launcher, the work dir (a training run holds
+    it), the data and its labels, prepare CPU distributed runs,
+    ``FlexibleRunner`` strategies, compiling and the optimizer, and build
+    the runner, whose log files are watched
+    (:class:`~mmlape.engine.hooks.WorkDirGuardHook`); a run on the CPU says
+    so once in its log."""
+    global _WORK_DIR
     from mmengine.device import get_device
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
     import mmlape  # noqa: F401  (models, safe checkpoint loading)
-    from mmlape.apis import (check_dataset_paths, check_work_dir,
-                             fit_fused_optimizer, register_scope_modules,
-                             setup_cpu_distributed, use_checked_image_loading)
+    from mmlape.apis import (check_dataset_labels, check_dataset_paths,
+                             check_flexible_runner, check_launcher_env,
+                             check_work_dir, fit_fused_optimizer,
+                             register_scope_modules, setup_cpu_distributed,
+                             use_checked_image_loading, use_checked_label_maps)
+    from mmlape.apis.quiet import quiet_host_notices, quiet_logger
     from mmlape.engine.compile import use_compile_hook
+    from mmlape.engine.hooks import WorkDirGuardHook
+    from mmlape.utils.work_dir import lock_work_dir, work_dir_error
     allowed = check_device()
+    quiet_host_notices()
     register_scope_modules(cfg)
+    check_launcher_env(cfg.launcher)
     use_compile_hook(cfg)
     unfused = fit_fused_optimizer(cfg, get_device())
     check_work_dir(cfg.work_dir)
+    rank, world_size = _rank_and_size(cfg.launcher)
+    if 'train' in phases and rank == 0:  # the ranks of a job share it
+        lock_work_dir(cfg.work_dir)
+    _WORK_DIR = cfg.work_dir
     check_dataset_paths(cfg, phases)
+    if rank == 0:  # reads every annotation once; its error stops the job
+        check_dataset_labels(cfg, phases)
     use_checked_image_loading(cfg, phases)
+    use_checked_label_maps(cfg, phases)
     on_cpu = setup_cpu_distributed(cfg)
-    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
-        Runner.from_cfg(cfg)
+    notes = check_flexible_runner(cfg, on_cpu, world_size)
+    try:  # the runner writes its log and a copy of the config
+        runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
+            Runner.from_cfg(cfg)
+    except OSError as err:
+        found = work_dir_error(err, cfg.work_dir)
+        if found is None:
+            raise
+        raise found from err
+    guard = WorkDirGuardHook()
+    guard.watch(runner)
+    runner.register_hook(guard)
+    quiet_logger(runner.logger)
+    for note in notes:
+        runner.logger.info(note)
     if unfused:
         runner.logger.warning(unfused)
     if allowed:
@@ -263,6 +335,7 @@ def finish():
     import logging
 
     import torch.distributed as dist
+    _release_work_dir()
     if not (dist.is_available() and dist.is_initialized()):
         return
     dist.barrier()
@@ -273,8 +346,22 @@ def finish():
     os._exit(0)
 
 
+def _stop(signum, frame):
+    """End at once with ``128 + signum`` (143 for SIGTERM), as a stopped
+    job does, without a traceback: checkpoints are written atomically, so
+    nothing saved is lost."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):
+            pass
+    os._exit(128 + signum)
+
+
 def parse_common(parser, argv=None):
-    """Add the flags train and test share, parse, and export LOCAL_RANK."""
+    """Add the flags train and test share, parse, and export LOCAL_RANK;
+    run as a command (``argv`` None), SIGTERM ends the tool with status
+    143."""
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -300,6 +387,8 @@ def parse_common(parser, argv=None):
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    if argv is None:
+        signal.signal(signal.SIGTERM, _stop)
     return args
 
 

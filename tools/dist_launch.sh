@@ -8,7 +8,10 @@
 # (tools/common.py). When the first rank to fail failed on input (the others
 # then fail as a consequence, or are stopped by torchrun), the run ends with
 # the first rank's input error and exit status 2, after torchrun's own
-# report; otherwise with torchrun's status.
+# report; otherwise with torchrun's status. A stop request (SIGTERM, SIGINT,
+# SIGHUP) goes to torchrun, which stops the ranks; the script then ends,
+# once they have, with 128 + the signal's number (143 for SIGTERM), without
+# torchrun's traceback (tools/torchrun.py).
 set -uo pipefail
 SCRIPT=$1
 shift
@@ -19,11 +22,14 @@ PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
+# torchrun sets one OpenMP thread per rank unless told, with a banner.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
 ERROR_DIR="$(mktemp -d "${TMPDIR:-/tmp}/mmlape-errors.XXXXXX")"
 trap 'rm -rf "$ERROR_DIR"' EXIT
 
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" MMLAPE_ERROR_DIR="$ERROR_DIR" \
-"${PYTHON:-python3}" -m torch.distributed.run \
+"${PYTHON:-python3}" "$ROOT/tools/torchrun.py" \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \
@@ -32,13 +38,20 @@ PYTHONPATH="$ROOT:${PYTHONPATH:-}" MMLAPE_ERROR_DIR="$ERROR_DIR" \
     "$SCRIPT" "$@" &
 PID=$!
 # Pass a stop request on to torchrun, which stops its ranks.
-trap 'kill -TERM "$PID" 2>/dev/null' TERM INT HUP
+STOPPED=0
+for SIG in TERM INT HUP; do
+    # shellcheck disable=SC2064
+    trap "STOPPED=\$(kill -l $SIG); kill -$SIG $PID 2>/dev/null" "$SIG"
+done
 STATUS=0
 wait "$PID" || STATUS=$?
 while kill -0 "$PID" 2>/dev/null; do
     STATUS=0
     wait "$PID" || STATUS=$?
 done
+if [ "$STOPPED" -ne 0 ]; then
+    exit $((128 + STOPPED))
+fi
 
 if [ "$STATUS" -ne 0 ]; then
     shopt -s nullglob

@@ -63,8 +63,9 @@ def main(argv=None):
             evaluator.append(dict(type='DumpResults', out_file_path=args.out))
             cfg.test_evaluator = evaluator
         runner = setup_runner(cfg, ('test', ))
-        from mmlape.apis import check_checkpoint_fits
-        check_checkpoint_fits(runner.model, args.checkpoint, 'checkpoint', cfg)
+        from mmlape.apis import check_checkpoint_fits, when_model_built
+        when_model_built(runner, check_checkpoint_fits, args.checkpoint,
+                         'checkpoint', cfg)
     with fail(running=True):
         metrics = runner.test()
     from mmengine.dist import is_main_process

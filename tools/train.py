@@ -79,9 +79,11 @@ def main(argv=None):
         cfg = build_cfg(args)
         phases = ('train', ) if args.no_validate else ('train', 'val')
         runner = setup_runner(cfg, phases)
-        from mmlape.apis import check_checkpoint_fits, note_finetune_sources
+        from mmlape.apis import (check_checkpoint_fits, note_finetune_sources,
+                                 when_model_built)
         if cfg.resume and cfg.load_from:
-            check_checkpoint_fits(runner.model, cfg.load_from, '--resume', cfg)
+            when_model_built(runner, check_checkpoint_fits, cfg.load_from,
+                             '--resume', cfg)
         note_finetune_sources(cfg)
     with fail(running=True):
         runner.train()

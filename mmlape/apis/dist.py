@@ -5,7 +5,9 @@ mmengine's launchers (``mmengine.dist.init_dist``) call
 Without CUDA, :func:`setup_cpu_distributed` initialises the process group
 with gloo itself (``Runner.setup_env`` then finds it initialised) and sets
 ``device_ids=None``, so ``tools/dist_train.sh`` and ``tools/slurm_train.sh``
-run on CPUs too.
+run on CPUs too. :func:`check_launcher_env` names the variables a
+launcher's processes lack (mmengine reads them with ``os.environ[...]``,
+whose ``KeyError`` says only the name) and the command that sets them.
 """
 import datetime
 import os
@@ -18,7 +20,50 @@ from mmengine.config import Config
 from mmlape.utils.device import require_usable_gpu
 from .preflight import UsageError
 
-__all__ = ['setup_cpu_distributed', 'slurm_to_torch_env']
+__all__ = [
+    'LAUNCHER_VARIABLES', 'check_launcher_env', 'setup_cpu_distributed',
+    'slurm_to_torch_env'
+]
+
+#: What each launcher's processes read from the environment, and what
+#: starts them with it.
+LAUNCHER_VARIABLES = dict(
+    pytorch=(('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR',
+              'MASTER_PORT'),
+             'start the processes with torchrun: tools/dist_train.sh CONFIG '
+             'GPUS, tools/dist_test.sh CONFIG CHECKPOINT GPUS'),
+    slurm=(('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST'),
+           'start the job with srun (tools/slurm_train.sh, '
+           'tools/slurm_test.sh)'),
+    mpi=(('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE',
+          'OMPI_COMM_WORLD_LOCAL_RANK', 'MASTER_ADDR'),
+         "start the processes with Open MPI's mpirun, MASTER_ADDR set to "
+         'the first host'))
+
+
+def check_launcher_env(launcher: str, env=None) -> None:
+    """Refuse a launcher whose processes lack its variables.
+
+    Args:
+        launcher (str): ``'none'``, ``'pytorch'``, ``'slurm'`` or ``'mpi'``.
+        env (Mapping, optional): Defaults to ``os.environ``.
+
+    Raises:
+        UsageError: Names the launcher, the missing variables and the
+            command that sets them.
+
+    Example:
+        >>> check_launcher_env('pytorch', env={})
+        Traceback (most recent call last):
+        ...
+        mmlape.apis.preflight.UsageError: --launcher pytorch: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set; start the processes with torchrun: tools/dist_train.sh CONFIG GPUS, tools/dist_test.sh CONFIG CHECKPOINT GPUS
+    """  # noqa: E501
+    env = os.environ if env is None else env
+    names, how = LAUNCHER_VARIABLES.get(launcher, ((), ''))
+    missing = [name for name in names if name not in env]
+    if missing:
+        raise UsageError(f'--launcher {launcher}: {", ".join(missing)} not '
+                         f'set; {how}')
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:
@@ -69,14 +114,7 @@ def slurm_to_torch_env(port=None) -> None:
         UsageError: Not inside ``srun``, or ``scontrol`` names no host.
     """
     env = os.environ
-    missing = [
-        name for name in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST')
-        if name not in env
-    ]
-    if missing:
-        raise UsageError(
-            f'--launcher slurm: {", ".join(missing)} not set; start the job '
-            f'with srun (tools/slurm_train.sh, tools/slurm_test.sh)')
+    check_launcher_env('slurm', env)
     if 'MASTER_ADDR' not in env:
         nodes = env['SLURM_NODELIST']
         try:

@@ -4,6 +4,7 @@ the work dir and the dataset paths.
 Each check raises an :class:`~mmlape.utils.errors.InputError` subclass
 where it looks at the input, so the tools report it as one line.
 """
+import errno
 import importlib
 import os
 import os.path as osp
@@ -13,6 +14,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 from mmengine.config import Config
 
 from mmlape.utils.errors import ConfigError, DataError
+from mmlape.utils.work_dir import intact_checkpoint
 
 __all__ = [
     'UsageError', 'check_dataset_paths', 'check_work_dir',
@@ -21,6 +23,8 @@ __all__ = [
 ]
 
 _ALL_PHASES = ('train', 'val', 'test')
+#: Errors of a write that mean "no room".
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class UsageError(ConfigError):
@@ -103,11 +107,15 @@ def check_dataset_paths(cfg: Config, phases=_ALL_PHASES) -> None:
 
 
 def check_work_dir(work_dir: str) -> None:
-    """Create the work dir and make sure files can be written in it.
+    """Create the work dir and make sure files can be written in it: a
+    small file (64 KiB) is written and flushed to disk, so that a full disk
+    or an exhausted quota shows here, not while the runner writes its
+    config copy.
 
     Raises:
         UsageError: The work dir is under a file, cannot be created, or
-            cannot be written; the message names it and the reason.
+            cannot be written; the message names it and the reason (and,
+            for lack of space, the checkpoint that is intact).
     """
     path = parent = osp.abspath(work_dir)
     while not osp.exists(parent) and osp.dirname(parent) != parent:
@@ -120,10 +128,16 @@ def check_work_dir(work_dir: str) -> None:
             if action == 'created':
                 os.makedirs(path, exist_ok=True)
             else:
-                tempfile.TemporaryFile(dir=path).close()
+                with tempfile.TemporaryFile(dir=path) as f:
+                    f.write(bytes(1 << 16))
+                    f.flush()
+                    os.fsync(f.fileno())
         except OSError as err:
+            intact = ''
+            if err.errno in _NO_ROOM:
+                intact = f'; {intact_checkpoint(path)}'
             raise UsageError(f'work dir "{work_dir}" cannot be {action}: '
-                             f'{err.strerror}') from None
+                             f'{err.strerror}{intact}') from None
 
 
 def use_checked_image_loading(cfg: Config,

@@ -9,13 +9,14 @@ class from here.
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
 from .compile import CompileHook
-from .hooks import AtomicCheckpointHook
+from .hooks import AtomicCheckpointHook, WorkDirGuardHook
 from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
+from .strategies import LaPEFSDPStrategy
 
 __all__ = [
-    'AtomicCheckpointHook', 'CompileHook',
+    'AtomicCheckpointHook', 'CompileHook', 'LaPEFSDPStrategy',
     'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
-    'deit_epoch_lr'
+    'WorkDirGuardHook', 'deit_epoch_lr'
 ]
 
 

@@ -12,9 +12,20 @@ keeps mmengine's options and names but writes each file atomically,
 replaces ``last_checkpoint`` the same way, and only then removes the
 checkpoints it outdates (a resumed run finishes removals a kill
 interrupted). A file under a checkpoint's name is always complete.
+
+Under mmengine's ``FlexibleRunner`` the strategy writes the file itself: it
+is given a temporary name, and the hook renames the complete file. A
+checkpoint holds the model's own keys under every runner (``DDPStrategy``
+would save its wrapper's, ``module.`` and all). A strategy that saves a
+folder is refused (:func:`~mmlape.utils.strategies.strategy_refusal`). A
+save that fails with an OS error (no space, a quota, no permission, a
+read-only file system) is one :class:`~mmlape.utils.errors.CheckpointSaveError`
+naming the file, the cause and the checkpoint that is intact.
+
+:class:`WorkDirGuardHook` ends a run whose log file can no longer be
+written, with one line, instead of a traceback per log line.
 """
 import contextlib
-import errno
 import os
 import os.path as osp
 import tempfile
@@ -22,16 +33,19 @@ from typing import Any, Callable, Iterator, List, Optional, Union
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import LocalBackend, register_backend
-from mmengine.hooks import CheckpointHook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 
 from mmlape.registry import HOOKS
-from mmlape.utils.errors import CheckpointSaveError
+from mmlape.utils.errors import ConfigError, InputError
+from mmlape.utils.strategies import strategy_refusal
+from mmlape.utils.work_dir import LogWriteGuard, write_error
 
 __all__ = [
-    'AtomicCheckpointHook', 'AtomicLocalBackend', 'atomic_write',
-    'PARTIAL_PREFIX'
+    'AtomicCheckpointHook', 'AtomicLocalBackend', 'WorkDirGuardHook',
+    'atomic_write', 'PARTIAL_PREFIX'
 ]
 
 #: Temporary files start with this (hidden, and never a checkpoint's name).
@@ -39,9 +53,14 @@ PARTIAL_PREFIX = '.mmlape-partial-'
 PARTIAL_SUFFIX = '.tmp'
 #: The name of the file backend that :class:`AtomicCheckpointHook` uses.
 BACKEND_NAME = 'mmlape_atomic_local'
-#: Write errors that mean "no room": the run cannot go on, and the user can
-#: act on them (free space, another work dir); the message says so.
-NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(dirname: str) -> None:
@@ -55,6 +74,17 @@ def _fsync_dir(dirname: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _partial_file(dirname: str):
+    """A new temporary file in ``dirname`` (its descriptor and path), with
+    the permissions a new file gets (``mkstemp`` makes it private)."""
+    fd, tmp = tempfile.mkstemp(
+        prefix=PARTIAL_PREFIX, suffix=PARTIAL_SUFFIX, dir=dirname)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return fd, tmp
 
 
 def atomic_write(path: str, data: Union[bytes, memoryview]) -> None:
@@ -80,13 +110,8 @@ def atomic_write(path: str, data: Union[bytes, memoryview]) -> None:
     path = str(path)
     dirname = osp.dirname(osp.abspath(path))
     os.makedirs(dirname, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        prefix=PARTIAL_PREFIX, suffix=PARTIAL_SUFFIX, dir=dirname)
+    fd, tmp = _partial_file(dirname)
     try:
-        # mkstemp makes the file private; give it the usual permissions.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, 'wb') as f:
             f.write(data)
             f.flush()
@@ -164,6 +189,12 @@ class AtomicCheckpointHook(CheckpointHook):
             self.backend_args = dict(backend=BACKEND_NAME)
 
     def before_train(self, runner) -> None:
+        strategy = getattr(runner, 'strategy', None)  # FlexibleRunner
+        if strategy is not None:
+            kind = getattr(strategy, 'state_dict_type', None)
+            why = strategy_refusal(type(strategy), getattr(kind, 'name', kind))
+            if why:
+                raise ConfigError(f'AtomicCheckpointHook: {why}')
         # A resumed checkpoint may name checkpoints it outdated whose removal
         # a kill prevented. mmengine would remove them here at once, while
         # last_checkpoint may still name one of them; point last_checkpoint
@@ -210,28 +241,70 @@ class AtomicCheckpointHook(CheckpointHook):
                         f'was interrupted',
                         logger='current')
 
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        # FlexibleRunner's DDPStrategy saves the wrapper's state dict.
+        state = checkpoint.get('state_dict')
+        if (hasattr(runner, 'strategy') and is_model_wrapper(runner.model)
+                and isinstance(state, dict) and state
+                and all(k.startswith('module.') for k in state)):
+            checkpoint['state_dict'] = type(state)(
+                (k[len('module.'):], v) for k, v in state.items())
+
     @contextlib.contextmanager
     def _room_for(self, runner, path: str) -> Iterator[None]:
-        """Turn a save that fails for lack of space or quota into one
+        """Turn a save that fails with an OS error (no space, a quota, no
+        permission, a read-only file system) into one
         :class:`~mmlape.utils.errors.CheckpointSaveError` naming the file,
         the cause and the checkpoint that is intact (nothing is removed
-        before a save has succeeded)."""
+        before a save has succeeded); under ``FlexibleRunner``, have the
+        strategy write a temporary file, renamed once complete."""
+        try:
+            with self._atomic_strategy_saves(runner):
+                yield
+        except InputError:
+            raise
+        except OSError as err:
+            if err.errno is None:
+                raise
+            raise write_error(
+                err, runner.work_dir, path=path, checkpoint=True) from err
+
+    @contextlib.contextmanager
+    def _atomic_strategy_saves(self, runner) -> Iterator[None]:
+        """A ``FlexibleRunner``'s strategy writes the checkpoint itself, in
+        place: while the block runs, ``runner.save_checkpoint`` writes to a
+        temporary file instead, flushed and renamed to the checkpoint's
+        name once complete (on the main process, which writes it)."""
+        if not (self.atomic and hasattr(runner, 'strategy')):
+            yield
+            return
+        save = runner.save_checkpoint
+        own = 'save_checkpoint' in vars(runner)
+
+        def save_atomically(out_dir, filename, *args, **kwargs):
+            if not is_main_process():  # takes part; rank 0 writes
+                return save(out_dir, filename, *args, **kwargs)
+            os.makedirs(out_dir, exist_ok=True)
+            fd, tmp = _partial_file(out_dir)
+            os.close(fd)
+            try:
+                save(out_dir, osp.basename(tmp), *args, **kwargs)
+                _fsync_file(tmp)
+                os.replace(tmp, osp.join(out_dir, filename))
+            except BaseException:
+                if osp.isfile(tmp):
+                    os.remove(tmp)
+                raise
+            _fsync_dir(out_dir)
+
+        runner.save_checkpoint = save_atomically
         try:
             yield
-        except OSError as err:
-            if err.errno not in NO_ROOM:
-                raise
-            last = osp.join(runner.work_dir, 'last_checkpoint')
-            intact = None
-            if osp.isfile(last):
-                with open(last, encoding='utf-8') as f:
-                    intact = f.read().strip() or None
-            kept = (f'"{intact}" is intact (--resume continues from it)'
-                    if intact and osp.isfile(intact) else
-                    'no earlier checkpoint exists')
-            raise CheckpointSaveError(
-                f'could not write "{path}": '
-                f'{err.strerror or os.strerror(err.errno)}; {kept}') from err
+        finally:
+            if own:
+                runner.save_checkpoint = save
+            else:
+                del runner.save_checkpoint
 
     def _save_checkpoint_with_step(self, runner, step: int,
                                    meta: dict) -> None:
@@ -319,5 +392,42 @@ class AtomicCheckpointHook(CheckpointHook):
             self.file_backend.rmtree(path)
 
 
+class WorkDirGuardHook(Hook):
+    """End a run whose log file can no longer be written (a full disk, a
+    quota, a lost permission) with one
+    :class:`~mmlape.utils.errors.WorkDirError` naming the file, the cause
+    and the checkpoint that is intact, at the end of the iteration it
+    happened in, instead of a logging traceback for every further line.
+
+    The tools register it on every run they build.
+
+    Args:
+        guard (LogWriteGuard, optional): Watches the runner's log files.
+            Defaults to a new one.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, guard: Optional[LogWriteGuard] = None) -> None:
+        self.guard = guard or LogWriteGuard()
+
+    def watch(self, runner) -> None:
+        """Watch the log files of ``runner``'s logger."""
+        self.guard.watch(runner.logger)
+
+    def before_run(self, runner) -> None:
+        self.watch(runner)
+        self.guard.check(runner.work_dir)
+
+    def _check(self, runner, *args, **kwargs) -> None:
+        self.guard.check(runner.work_dir)
+
+    after_train_iter = after_val_iter = after_test_iter = _check
+    after_train_epoch = after_val_epoch = after_test_epoch = _check
+    after_run = _check
+
+
 HOOKS.register_module(module=AtomicCheckpointHook)
 MMENGINE_HOOKS.register_module(module=AtomicCheckpointHook)
+HOOKS.register_module(module=WorkDirGuardHook)
+MMENGINE_HOOKS.register_module(module=WorkDirGuardHook)

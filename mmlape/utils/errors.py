@@ -15,7 +15,8 @@ any other exception is a bug and keeps its traceback.
 
 __all__ = [
     'InputError', 'ConfigError', 'CheckpointError', 'CheckpointNotFoundError',
-    'CheckpointSaveError', 'DataError', 'one_line'
+    'CheckpointPermissionError', 'CheckpointSaveError', 'DataError',
+    'WorkDirError', 'WorkDirInUseError', 'one_line'
 ]
 
 
@@ -37,10 +38,26 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """A checkpoint path that names no file."""
 
 
-class CheckpointSaveError(InputError, OSError):
-    """A checkpoint that could not be written for lack of space or quota;
-    the message names the file, the cause and the checkpoint that is
-    intact."""
+class WorkDirError(InputError, OSError):
+    """A file of the work dir (the config copy, a log, a checkpoint) that
+    could not be written: no space, a quota, no permission, a read-only
+    file system. The message names the file, the cause and the checkpoint
+    that is intact."""
+
+
+class WorkDirInUseError(InputError):
+    """The work dir is held by another run (its process and host are
+    named)."""
+
+
+class CheckpointSaveError(WorkDirError):
+    """A checkpoint that could not be written; the message names the file,
+    the cause and the checkpoint that is intact."""
+
+
+class CheckpointPermissionError(CheckpointSaveError, PermissionError):
+    """A checkpoint that could not be written for lack of permission (still
+    a ``PermissionError`` for code that catches one)."""
 
 
 class DataError(InputError, ValueError):

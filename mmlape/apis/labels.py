@@ -1,0 +1,271 @@
+"""Labels checked against the model's classes before a run starts.
+
+References:
+    mmpretrain's ``CustomDataset`` annotation files (``path label`` per
+    line, split at the last space, the label read with ``int``); mmdet's
+    ``CocoDataset`` (the dataset's classes are the file's categories of
+    those names, labelled in the file's order; an annotation of another
+    category is skipped); mmseg's ``LoadAnnotations`` (``reduce_zero_label``
+    maps a file's 0 to 255 and 1..N to 0..N-1).
+
+A label outside the model's classes surfaces deep in training (``IndexError:
+Target 7 is out of bounds``, a CUDA device-side assert), a label that is not
+an integer while the dataset is built (``ValueError: invalid literal for
+int()``). :func:`check_dataset_labels` reads the annotation files of the
+run's datasets first and stops at the first bad label with one line naming
+the file, the line (or annotation) and the allowed range;
+:func:`use_checked_label_maps` puts ``mmlape.CheckLabelMap`` after each
+segmentation label map is loaded (label maps are images, read as the run
+goes).
+"""
+import importlib
+import io
+import json
+import os
+import os.path as osp
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+from mmengine.config import Config
+
+from mmlape.utils.errors import DataError
+from .preflight import _ALL_PHASES, _dataset_cfgs
+
+__all__ = [
+    'check_dataset_labels', 'model_num_classes', 'use_checked_label_maps'
+]
+
+
+def _num_classes(node: Any, where: str) -> Iterator[Tuple[int, str]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == 'num_classes' and type(value) is int and value > 0:
+                yield value, f'{where}.{key}'
+            else:
+                yield from _num_classes(value, f'{where}.{key}')
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _num_classes(value, f'{where}[{i}]')
+
+
+def model_num_classes(cfg: Config) -> Optional[Tuple[int, str]]:
+    """The number of classes the model predicts: the smallest
+    ``num_classes`` of ``cfg.model`` (its heads), with where it is set.
+
+    Example:
+        >>> cfg = Config(dict(model=dict(head=dict(num_classes=4))))
+        >>> model_num_classes(cfg)
+        (4, 'model.head.num_classes=4')
+    """
+    found = list(_num_classes(cfg.get('model'), 'model'))
+    if not found:
+        return None
+    count, where = min(found)
+    return count, f'{where}={count}'
+
+
+def _dataset_class(scope: str, ds: dict) -> Optional[type]:
+    kind = ds.get('type')
+    if not isinstance(kind, str):
+        return kind if isinstance(kind, type) else None
+    try:
+        registry = importlib.import_module(f'{scope}.registry').DATASETS
+        return registry.get(kind)
+    except (ImportError, KeyError, AttributeError):
+        return None
+
+
+def _classes(ds: dict, cls: type) -> Optional[Sequence[str]]:
+    """The class names a dataset config sets, else its class's."""
+    meta = ds.get('metainfo') or {}
+    classes = ds.get('classes') or meta.get('classes')
+    if classes is None:
+        classes = (getattr(cls, 'METAINFO', None) or {}).get('classes')
+    if isinstance(classes, str):  # mmpretrain: a file of names
+        return None
+    return list(classes) if classes is not None else None
+
+
+def _local(path: str) -> bool:
+    return '://' not in path and osp.isfile(path)
+
+
+def _check_text_labels(path: str, count: int, where: str) -> None:
+    """mmpretrain's ``path label`` lines: each label an integer in
+    ``[0, count)``."""
+    allowed = f'0..{count - 1} ({where})'
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    for number, line in enumerate(io.StringIO(text), 1):
+        head = f'annotation file "{path}" line {number}'
+        parts = line.strip().rsplit(' ', 1)
+        if len(parts) != 2:
+            raise DataError(f'{head}: no label after the file name in '
+                            f'"{line.strip()}" (labels are {allowed})')
+        try:
+            label = int(parts[1])
+        except ValueError:
+            raise DataError(f'{head}: label {parts[1]!r} is not an integer '
+                            f'in {allowed}') from None
+        if not 0 <= label < count:
+            raise DataError(f'{head}: label {label} is outside {allowed}')
+
+
+def _check_folder_classes(folder: str, count: int, where: str) -> None:
+    """A folder-per-class layout (no annotation file) has at most
+    ``count`` class folders."""
+    if not osp.isdir(folder):
+        return
+    names = sorted(
+        n for n in os.listdir(folder) if osp.isdir(osp.join(folder, n)))
+    if len(names) > count:
+        raise DataError(f'data folder "{folder}" has {len(names)} class '
+                        f'folders, labels 0..{len(names) - 1}, outside '
+                        f'0..{count - 1} ({where})')
+
+
+def _check_coco(path: str, classes: Optional[Sequence[str]],
+                count: Optional[int], where: str) -> None:
+    """COCO annotations: each annotation's category is one of the file's,
+    every class of the dataset names one of the file's categories, and
+    each label (the category's place among the dataset's) is one of the
+    model's classes."""
+    with open(path, encoding='utf-8') as f:
+        data = json.load(f)
+    categories = {
+        c.get('id'): c.get('name')
+        for c in data.get('categories') or [] if isinstance(c, dict)
+    }
+    ids = sorted(i for i in categories if isinstance(i, int))
+    shown = f'{ids[0]}..{ids[-1]}' if ids else 'none'
+    if classes is not None:
+        missing = [c for c in classes if c not in categories.values()]
+        if missing:
+            raise DataError(
+                f'annotation file "{path}": the dataset\'s classes '
+                f'{missing[:5]} are not categories of the file (the other '
+                f'classes\' labels would shift); set the dataset\'s '
+                f'metainfo.classes to names of its categories')
+        cat_ids = [i for i, name in categories.items() if name in classes]
+    else:
+        cat_ids = list(categories)
+    label_of = {cat: i for i, cat in enumerate(cat_ids)}
+    for ann in data.get('annotations') or []:
+        if not isinstance(ann, dict) or ann.get('ignore', False):
+            continue
+        cat = ann.get('category_id')
+        what = (f'annotation file "{path}": annotation {ann.get("id")} '
+                f'(image {ann.get("image_id")}) has category_id {cat!r}')
+        if cat not in categories:
+            raise DataError(f'{what}, which is not one of the file\'s '
+                            f'categories (ids {shown})')
+        label = label_of.get(cat)
+        if count is not None and label is not None and label >= count:
+            raise DataError(f'{what} ("{categories[cat]}"), label {label}, '
+                            f'outside 0..{count - 1} ({where})')
+
+
+def check_dataset_labels(cfg: Config,
+                         phases: Sequence[str] = _ALL_PHASES) -> None:
+    """Check the labels of the phases' datasets against the model's
+    classes (:func:`model_num_classes`, else the dataset's classes).
+
+    - mmpretrain's ``CustomDataset`` and its subclasses (``ImageNet``): each
+      line of the annotation file has an integer label in
+      ``[0, num_classes)``; without an annotation file, there are no more
+      class folders than classes.
+    - mmdet's ``CocoDataset`` and its subclasses: each annotation's
+      ``category_id`` is one of the file's categories, the dataset's classes
+      are categories of the file, and every label is a class of the model.
+
+    Segmentation label maps are checked as they are loaded
+    (:func:`use_checked_label_maps`).
+
+    Raises:
+        DataError: One line naming the file, the line or annotation, the
+            label and the allowed range.
+    """
+    scope = cfg.get('default_scope')
+    if scope not in ('mmpretrain', 'mmdet'):
+        return
+    model = model_num_classes(cfg)
+    for key, ds in _dataset_cfgs(cfg, phases):
+        cls = _dataset_class(scope, ds)
+        if cls is None:
+            continue
+        root = ds.get('data_root') or ''
+        ann = ds.get('ann_file') or ''
+        path = osp.join(root, ann) if ann else ''
+        classes = _classes(ds, cls)
+        if model is not None:
+            count, where = model
+        elif classes:
+            count, where = len(classes), f'the {len(classes)} classes of {key}'
+        else:
+            count = where = None
+        if scope == 'mmpretrain':
+            from mmpretrain.datasets import CustomDataset
+            if not issubclass(cls, CustomDataset) or count is None or \
+                    not ds.get('with_label', True):
+                continue
+            if path and _local(path):
+                _check_text_labels(path, count, where)
+            elif not ann:
+                prefix = ds.get('data_prefix') or ''
+                if isinstance(prefix, dict):
+                    prefix = prefix.get('img_path', '')
+                _check_folder_classes(osp.join(root, prefix), count, where)
+        else:
+            from mmdet.datasets import CocoDataset
+            if issubclass(cls, CocoDataset) and path.endswith('.json') \
+                    and _local(path):
+                _check_coco(path, classes, count, where)
+
+
+def use_checked_label_maps(cfg: Config,
+                           phases: Sequence[str] = _ALL_PHASES) -> int:
+    """Put ``mmlape.CheckLabelMap`` after every ``LoadAnnotations`` of the
+    phases' pipelines of an mmseg config, with the model's classes
+    (:func:`model_num_classes`) and its decode head's ignore index; return
+    how many were put."""
+    if cfg.get('default_scope') != 'mmseg':
+        return 0
+    found = model_num_classes(cfg)
+    if found is None:
+        return 0
+    count, where = found
+    head = (cfg.get('model') or {}).get('decode_head') or {}
+    heads = head if isinstance(head, (list, tuple)) else [head]
+    ignore = next(
+        (h['ignore_index']
+         for h in heads if isinstance(h, dict) and 'ignore_index' in h), 255)
+    check = dict(
+        type='mmlape.CheckLabelMap',
+        num_classes=count,
+        ignore_index=ignore,
+        source=where)
+    added = 0
+
+    def visit(node: Any) -> Any:
+        nonlocal added
+        if isinstance(node, dict):
+            for key, value in node.items():
+                node[key] = visit(value)
+            return node
+        if isinstance(node, (list, tuple)):
+            out: List[Any] = []
+            for item in node:
+                kind = str(item.get('type', '')).split('.')[-1] \
+                    if isinstance(item, dict) else None
+                if kind == 'CheckLabelMap':  # put again (shared pipelines)
+                    continue
+                out.append(visit(item))
+                if kind == 'LoadAnnotations':
+                    out.append(dict(check))
+                    added += 1
+            return type(node)(out) if isinstance(node, tuple) else out
+        return node
+
+    for _, ds in _dataset_cfgs(cfg, phases):
+        if ds.get('pipeline') is not None:
+            ds['pipeline'] = visit(ds['pipeline'])
+    return added

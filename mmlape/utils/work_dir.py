@@ -1,0 +1,313 @@
+"""The work dir: one run at a time, and one line for an OS error on it.
+
+References:
+    POSIX record locks (``fcntl.lockf``; ``fcntl(2)``): the kernel drops a
+    process's lock when the process ends, however it ends, and a child
+    forked by the process (a DataLoader worker) does not hold it. The
+    ``logging`` module's ``Handler.handleError``, which prints a traceback
+    ("--- Logging error ---") for every record a handler fails to write.
+
+:func:`lock_work_dir` keeps a second run out of a work dir that an active
+run holds: the lock file ``.mmlape-run.lock`` names the holder (process,
+host, start, command) and the message names it. A run that crashed or was
+killed holds nothing, so ``--resume`` after a crash starts as before.
+
+:func:`work_dir_error` turns an OS error on a file of the work dir (no
+space, a quota, no permission, a read-only file system) into one
+:class:`~mmlape.utils.errors.WorkDirError` naming the file, the cause and
+the checkpoint that is intact. :class:`LogWriteGuard` silences a log file
+that cannot be written after its first failure and keeps that failure for
+the run to report.
+"""
+import errno
+import fcntl
+import functools
+import json
+import logging
+import os
+import os.path as osp
+import socket
+import sys
+import time
+from typing import Dict, Optional, Tuple
+
+from .errors import (CheckpointPermissionError, CheckpointSaveError,
+                     WorkDirError, WorkDirInUseError)
+
+__all__ = [
+    'LOCK_NAME', 'WRITE_ERRNOS', 'LogWriteGuard', 'WorkDirLock',
+    'intact_checkpoint', 'lock_work_dir', 'release_work_dir_locks',
+    'work_dir_error', 'write_error'
+]
+
+#: The lock file in a work dir.
+LOCK_NAME = '.mmlape-run.lock'
+#: OS errors of a write that the user can act on: no space, a quota, a file
+#: too large, no permission, a read-only file system. An OS error without a
+#: file name counts as one on the work dir only when it is one of these.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES,
+                errno.EPERM, errno.EROFS)
+
+
+def intact_checkpoint(work_dir: str) -> str:
+    """What is intact in ``work_dir``: the checkpoint ``last_checkpoint``
+    names, when it exists, else that there is none.
+
+    Example:
+        >>> import tempfile
+        >>> intact_checkpoint(tempfile.mkdtemp())
+        'no earlier checkpoint exists'
+    """
+    last = osp.join(work_dir, 'last_checkpoint')
+    intact = None
+    try:
+        with open(last, encoding='utf-8') as f:
+            intact = f.read().strip() or None
+    except OSError:
+        pass
+    if intact and osp.isfile(intact):
+        return f'"{intact}" is intact (--resume continues from it)'
+    return 'no earlier checkpoint exists'
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = osp.abspath(path), osp.abspath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def write_error(err: OSError,
+                work_dir: str,
+                path: Optional[str] = None,
+                checkpoint: bool = False) -> WorkDirError:
+    """The one-line error for ``err``, an OS error writing ``path`` (or a
+    file of ``work_dir``) in a run whose work dir is ``work_dir``.
+
+    Args:
+        err (OSError): The error.
+        work_dir (str): The run's work dir (where ``last_checkpoint`` is).
+        path (str, optional): The file being written. Defaults to
+            ``err.filename``.
+        checkpoint (bool): The file is a checkpoint
+            (:class:`~mmlape.utils.errors.CheckpointSaveError`, a
+            ``PermissionError`` too for a missing permission). Defaults to
+            False.
+
+    Returns:
+        WorkDirError: Names the file, the cause and what is intact
+        (:func:`intact_checkpoint`); its ``errno`` is ``err``'s.
+
+    Example:
+        >>> import errno, tempfile
+        >>> work = tempfile.mkdtemp()
+        >>> err = OSError(errno.ENOSPC, 'No space left on device')
+        >>> str(write_error(err, work, path=f'{work}/a.log')).endswith(
+        ...     'a.log": No space left on device; no earlier checkpoint '
+        ...     'exists')
+        True
+    """
+    path = path or err.filename
+    where = f'"{path}"' if path else f'a file in the work dir "{work_dir}"'
+    cause = err.strerror or os.strerror(err.errno or 0)
+    cls = WorkDirError
+    if checkpoint:
+        cls = CheckpointPermissionError if isinstance(
+            err, PermissionError) else CheckpointSaveError
+    found = cls(f'could not write {where}: {cause}; '
+                f'{intact_checkpoint(work_dir)}')
+    found.errno = err.errno
+    return found
+
+
+def work_dir_error(err: OSError, work_dir: str) -> Optional[WorkDirError]:
+    """:func:`write_error` for an OS error on a file of ``work_dir``; None
+    for another (a file elsewhere, or an error without a file name that no
+    write explains: not one of :data:`WRITE_ERRNOS`)."""
+    if err.errno is None:
+        return None
+    if err.filename is not None and not _inside(str(err.filename), work_dir):
+        return None
+    if err.filename is None and err.errno not in WRITE_ERRNOS:
+        return None
+    return write_error(err, work_dir)
+
+
+# ----------------------------------------------------------------------
+# one run per work dir
+
+
+class WorkDirLock:
+    """The lock of a work dir, held by this process until
+    :meth:`release` or its end.
+
+    Args:
+        path (str): The lock file.
+        fd (int, optional): Its open descriptor; None where the file system
+            does not lock (the lock is then not enforced).
+    """
+
+    def __init__(self, path: str, fd: Optional[int]) -> None:
+        self.path = path
+        self.fd = fd
+        self.pid = os.getpid()
+
+    @property
+    def enforced(self) -> bool:
+        return self.fd is not None
+
+    def release(self) -> None:
+        """Release the lock (closing its file releases it); the file
+        stays."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        _HELD.pop(osp.dirname(self.path), None)
+
+
+#: Locks this process holds, by the work dir's real path.
+_HELD: Dict[str, WorkDirLock] = {}
+
+
+def _holder(fd: int) -> Dict[str, str]:
+    """What the holder wrote in the lock file (it may be writing it still:
+    read again for up to a second)."""
+    for _ in range(10):
+        try:
+            text = os.pread(fd, 1 << 16, 0).decode('utf-8', 'replace')
+            found = json.loads(text)
+            if isinstance(found, dict) and found.get('pid'):
+                return found
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    return {}
+
+
+def lock_work_dir(work_dir: str, command: Optional[str] = None) -> WorkDirLock:
+    """Hold ``work_dir`` for this run: refuse it when another running
+    process holds it.
+
+    The lock is a POSIX record lock on ``<work_dir>/.mmlape-run.lock``:
+    the kernel releases it when the holder ends (a crash or a SIGKILL
+    included), so only a live run blocks. A process asking again for a
+    work dir it holds gets its lock back. The ranks of one job share the
+    work dir: only the first rank takes the lock.
+
+    Args:
+        work_dir (str): The work dir (it exists).
+        command (str, optional): What the run is, for the message of the
+            next one. Defaults to this process's program and first
+            argument (the tool and its config).
+
+    Returns:
+        WorkDirLock: The lock, not enforced (and logged as such) where the
+        file system supports no locks.
+
+    Raises:
+        WorkDirInUseError: Another live process holds the work dir; the
+            message names its process, host, start and command.
+    """
+    key = osp.realpath(work_dir)
+    held = _HELD.get(key)
+    if held is not None and held.pid == os.getpid() and held.enforced:
+        return held
+    path = osp.join(key, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno not in (errno.EACCES, errno.EAGAIN):
+            os.close(fd)
+            logging.getLogger(__name__).warning(
+                'work dir "%s": the file system does not lock files (%s); '
+                'nothing keeps another run out of it', work_dir, err.strerror)
+            return WorkDirLock(path, None)
+        holder = _holder(fd)
+        os.close(fd)
+        who = (f'pid {holder.get("pid", "?")} on host '
+               f'{holder.get("host", "?")}')
+        since = holder.get('started')
+        what = holder.get('command')
+        detail = ', '.join(
+            x for x in (f'since {since}' if since else '', what or '') if x)
+        raise WorkDirInUseError(
+            f'work dir "{work_dir}" is in use by another run: {who}'
+            f'{f" ({detail})" if detail else ""}; wait for it to end, or '
+            f'pass another --work-dir') from None
+    record = dict(
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        started=time.strftime('%Y-%m-%d %H:%M:%S'),
+        command=command or ' '.join(sys.argv[:2]))
+    data = json.dumps(record).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    lock = WorkDirLock(path, fd)
+    _HELD[key] = lock
+    return lock
+
+
+def release_work_dir_locks() -> None:
+    """Release every work dir lock this process holds (at the end of a run
+    that does not end the process)."""
+    for lock in list(_HELD.values()):
+        if lock.pid == os.getpid():
+            lock.release()
+
+
+# ----------------------------------------------------------------------
+# log files that cannot be written
+
+
+class LogWriteGuard:
+    """Stop each watched log file at its first failed write, quietly, and
+    keep the first failure.
+
+    ``logging`` prints a traceback for every record a handler fails to
+    write; on a full disk that is one per log line. A watched
+    ``FileHandler`` takes no record after its first failure instead, and
+    :meth:`check` raises that failure as one
+    :class:`~mmlape.utils.errors.WorkDirError`.
+
+    Example:
+        >>> guard = LogWriteGuard()
+        >>> guard.watch(logging.getLogger('some.run'))
+        >>> guard.failure is None
+        True
+    """
+
+    def __init__(self) -> None:
+        self.failure: Optional[Tuple[str, OSError]] = None
+
+    def watch(self, logger: logging.Logger) -> None:
+        """Watch the file handlers of ``logger``."""
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler):
+                handler.handleError = functools.partial(  # type: ignore
+                    self._failed, handler)
+
+    def _failed(self, handler: logging.FileHandler,
+                record: logging.LogRecord) -> None:
+        err = sys.exc_info()[1]
+        if not isinstance(err, OSError):
+            logging.Handler.handleError(handler, record)
+            return
+        if self.failure is None:
+            self.failure = (handler.baseFilename, err)
+        handler.setLevel(logging.CRITICAL + 1)  # takes no further record
+        stream, handler.stream = handler.stream, None
+        try:  # closes the file even where its last flush fails
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+
+    def check(self, work_dir: str) -> None:
+        """Raise the first failure as one line, if there was one.
+
+        Raises:
+            WorkDirError: Names the log file, the cause and what is intact.
+        """
+        if self.failure is None:
+            return
+        path, err = self.failure
+        raise write_error(err, work_dir, path=path)
