@@ -25,10 +25,9 @@ __all__ = [
     'COMPARED_FIELDS', 'UsageError', 'backbone_differences',
     'check_checkpoint_fits', 'check_dataset_labels', 'check_dataset_paths',
     'check_flexible_runner', 'check_launcher_env', 'check_work_dir',
-    'find_resume_checkpoint', 'fit_fused_optimizer',
-    'is_complete_checkpoint', 'is_flexible_runner',
-    'merge_cfg_options', 'model_num_classes', 'note_finetune_sources',
-    'recorded_model', 'register_scope_modules', 'setup_cpu_distributed',
-    'slurm_to_torch_env', 'use_checked_image_loading',
+    'find_resume_checkpoint', 'fit_fused_optimizer', 'is_complete_checkpoint',
+    'is_flexible_runner', 'merge_cfg_options', 'model_num_classes',
+    'note_finetune_sources', 'recorded_model', 'register_scope_modules',
+    'setup_cpu_distributed', 'slurm_to_torch_env', 'use_checked_image_loading',
     'use_checked_label_maps', 'when_model_built'
 ]
