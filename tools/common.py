@@ -209,23 +209,27 @@ def check_device() -> Optional[str]:
 
 def setup_runner(cfg, phases):
     """Check the device, register the scope's modules, check work dir and
-    data, prepare CPU distributed runs and build the runner; a run on the
-    CPU says so once in its log."""
+    data, set the loader workers (``auto_num_workers``), prepare CPU
+    distributed runs and build the runner; a run on the CPU and the
+    workers it starts are said once in its log."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
     import mmlape  # noqa: F401  (models, safe checkpoint loading)
-    from mmlape.apis import (check_dataset_paths, check_work_dir,
-                             register_scope_modules, setup_cpu_distributed,
-                             use_checked_image_loading)
+    from mmlape.apis import (apply_auto_num_workers, check_dataset_paths,
+                             check_work_dir, register_scope_modules,
+                             setup_cpu_distributed, use_checked_image_loading)
     allowed = check_device()
     register_scope_modules(cfg)
     check_work_dir(cfg.work_dir)
     check_dataset_paths(cfg, phases)
     use_checked_image_loading(cfg, phases)
+    workers = apply_auto_num_workers(cfg)
     on_cpu = setup_cpu_distributed(cfg)
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
         Runner.from_cfg(cfg)
+    if workers:
+        runner.logger.info(workers)
     if allowed:
         runner.logger.warning(
             f'MMLAPE_ALLOW_CPU=1: running on the CPU although {allowed}')
