@@ -151,8 +151,10 @@ def apply_auto_num_workers(cfg: Config,
     ``clamp(cpus_per_process - 1, floor, ceiling)`` workers
     (:func:`cpus_per_process`, :func:`auto_num_workers`). A dataloader with
     ``num_workers=0`` loads in the training process by choice (a test, a
-    debugging run) and is left so; ``auto_num_workers=None`` (e.g. in
-    ``--cfg-options``) keeps every config value.
+    debugging run) and is left so, with ``persistent_workers=False``
+    whatever the config inherits (there are no workers to keep; torch
+    refuses the pair). ``auto_num_workers=None`` (e.g. in
+    ``--cfg-options``) keeps the configured counts.
 
     Args:
         cfg (Config): The run's config (its ``launcher`` counts); changed
@@ -178,6 +180,11 @@ def apply_auto_num_workers(cfg: Config,
         >>> cfg.train_dataloader.num_workers
         8
     """
+    for name in LOADERS:
+        loader = cfg.get(name)
+        if loader and not loader.get('num_workers'):
+            # no workers to keep (torch refuses persistent_workers here)
+            loader['persistent_workers'] = False
     spec = cfg.get(KEY)
     if spec is None:
         return None

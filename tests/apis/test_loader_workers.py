@@ -95,18 +95,23 @@ def test_apply_sets_every_dataloader_and_says_so_once():
 
 
 def test_apply_leaves_main_process_loading_and_none():
-    cfg = _cfg(
-        dict(floor=2, ceiling=12),
-        train_dataloader=dict(batch_size=2, num_workers=0),
-        val_dataloader=dict(batch_size=2))
-    note = apply_auto_num_workers(cfg, {}, cpus=16)
-    assert cfg.train_dataloader.num_workers == 0
-    assert 'num_workers' not in cfg.val_dataloader
-    assert cfg.test_dataloader.num_workers == 12
-    assert 'set on test_dataloader;' in note
-    cfg = _cfg(None)
-    assert apply_auto_num_workers(cfg, {}, cpus=16) is None
-    assert cfg.train_dataloader.num_workers == 5
+    # e.g. a test's num_workers=0 over a config with persistent workers
+    persistent = dict(batch_size=2, num_workers=0, persistent_workers=True)
+    for spec in (dict(floor=2, ceiling=12), None):
+        cfg = _cfg(
+            spec,
+            train_dataloader=persistent,
+            val_dataloader=dict(batch_size=2))
+        note = apply_auto_num_workers(cfg, {}, cpus=16)
+        assert cfg.train_dataloader.num_workers == 0
+        assert cfg.train_dataloader.persistent_workers is False
+        assert 'num_workers' not in cfg.val_dataloader
+        assert cfg.test_dataloader.num_workers == (12 if spec else 5)
+        assert 'persistent_workers' not in cfg.test_dataloader
+        if spec:
+            assert 'set on test_dataloader;' in note
+        else:
+            assert note is None
 
 
 @pytest.mark.parametrize('spec, message', [
