@@ -21,8 +21,9 @@ CONFIGS = sorted(
 SUFFIXES = [s for s in config_joins() if s]
 #: The baseline of each family; the join variants inherit from them.
 GPU_CONFIGS = [
-    p for p in CONFIGS if '/demo/' not in p
-    and not any(f'{s}_' in osp.basename(p) for s in SUFFIXES)
+    p for p in CONFIGS
+    if '/demo/' not in p and not any(f'{s}_' in osp.basename(p)
+                                     for s in SUFFIXES)
 ] + [osp.join(ROOT, 'configs', 'deit', 'deit-tiny-lape_4xb256_in1k.py')]
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 #: Ceilings: the workers an H200 needs at the model's measured speed
