@@ -736,8 +736,7 @@ def run(args: argparse.Namespace) -> Dict:
             import traceback
             traceback.print_exc(file=sys.stderr)
             message = f'{type(err).__name__}: {err}'.replace('\n', ' ')
-            report['families'].append(
-                dict(family=family, error=message[:300]))
+            report['families'].append(dict(family=family, error=message[:300]))
     report['load_average_end'] = list(os.getloadavg())
     return report
 
