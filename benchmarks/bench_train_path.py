@@ -41,6 +41,7 @@ import argparse
 import copy
 import glob
 import json
+import logging
 import math
 import os
 import os.path as osp
@@ -319,6 +320,7 @@ def measure_model(cfg, batch: Dict, steps: int, warmup: int,
     fastest of ``steps`` after ``warmup``, in wall time and in this
     process's CPU time."""
     import torch
+    from mmengine.logging import MMLogger
     from mmengine.model import revert_sync_batchnorm
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import MODELS
@@ -332,7 +334,13 @@ def measure_model(cfg, batch: Dict, steps: int, warmup: int,
     if amp:
         optim_cfg.type = 'AmpOptimWrapper'
         optim_cfg.setdefault('loss_scale', 'dynamic')
-    optim = build_optim_wrapper(model, optim_cfg)
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # not every parameter's options
+    try:
+        optim = build_optim_wrapper(model, optim_cfg)
+    finally:
+        logger.setLevel(level)
     sync = torch.cuda.synchronize if device == 'cuda' else (lambda: None)
     walls, cpus = [], []
     for i in range(warmup + steps):
@@ -549,6 +557,8 @@ def machine() -> Dict:
 
 
 def _rate(value: float) -> str:
+    if value < 1:
+        return f'{value:.3f}'
     return f'{value:,.1f}' if value < 100 else f'{value:,.0f}'
 
 

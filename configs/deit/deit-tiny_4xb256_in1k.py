@@ -28,7 +28,7 @@ model = dict(
 # training process - 1, floor, ceiling) workers on every dataloader;
 # num_workers is the default that host tools, which ignore the key, use.
 # Ceiling: an H200 steps DeiT-Ti at ~8,700 img/s (eager), one worker of
-# this pipeline makes ~190-210 img/s: about 46 workers would be needed.
+# this pipeline makes ~190-210 img/s: 42-46 workers would be needed.
 auto_num_workers = dict(floor=5, ceiling=48)
 train_dataloader = dict(
     batch_size=256,

@@ -54,7 +54,7 @@ train_pipeline = [
 # training process - 1, floor, ceiling) workers on every dataloader;
 # num_workers is the default that host tools, which ignore the key, use.
 # Ceiling: one worker of this pipeline makes ~55 img/s, an H200 steps
-# the model at ~15 img/s (fp16, batch 2): 1 worker(s), 4 leave room
+# the model at ~15 img/s (fp16, batch 2): 1 worker; 4 leave room
 # for the pipeline's varying cost.
 auto_num_workers = dict(floor=2, ceiling=4)
 train_dataloader = dict(
