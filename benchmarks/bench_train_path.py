@@ -13,7 +13,8 @@ in ImageNet's layout, COCO at 640x480, ADE20K at 683x512 with label PNGs;
   its own makes; robust on a shared machine) and from wall time.
 - **model**: forward, backward and optimizer step (``model.train_step``,
   the data preprocessor's normalisation and batch augmentation included)
-  of the config's model on one batch of that loader held in memory; the
+  of the config's model, eager, on one batch of that loader held in
+  memory; the
   fastest of ``--model-steps`` steps after a warm-up, in wall time (and
   in CPU time, for the bound below).
 - **train**: ``tools/train.py CONFIG --no-validate`` on the generated
@@ -25,7 +26,7 @@ in ImageNet's layout, COCO at 640x480, ADE20K at 683x512 with label PNGs;
 
 No training process beats the slower of its two sources, so the train
 figure is at most ``min(model, loader)`` with both sides taken from
-figures that load on a shared machine cannot inflate: the model side is
+figures that load on a shared machine cannot lower: the model side is
 the step's CPU time over its threads (on a GPU its fastest wall time), the
 loader side ``min(workers, CPUs) x`` the per-worker CPU-time rate (with
 ``num_workers=0`` the two times add up instead). ``train / bound`` reports
@@ -158,8 +159,8 @@ def generate_data(kind: str, root: str, images: int, tiny: bool) -> Dict:
 
 
 def base_loader(config: str) -> Dict:
-    """The worker settings of the config's train dataloader and its
-    ``auto_num_workers``."""
+    """The batch size and worker settings of the config's train
+    dataloader."""
     from mmengine.config import Config
     cfg = Config.fromfile(osp.join(ROOT, config))
     loader = cfg.train_dataloader
@@ -167,8 +168,7 @@ def base_loader(config: str) -> Dict:
         batch_size=loader.batch_size,
         num_workers=loader.get('num_workers', 0),
         persistent_workers=loader.get('persistent_workers', False),
-        pin_memory=loader.get('pin_memory', False),
-        auto_num_workers=cfg.get('auto_num_workers'))
+        pin_memory=loader.get('pin_memory', False))
 
 
 def overrides(family: str, data_root: str, batch: int, iters: int,
@@ -437,7 +437,7 @@ def measure_train(config: str, work_dir: str, warmup: int, args,
 
 def bound(model: Dict, loader: Dict, workers: int, cpus: int) -> Dict:
     """The most images per second a training process can make, from
-    figures that load on the machine cannot inflate: on the CPU a step
+    figures that load on the machine cannot lower: on the CPU a step
     takes at least its CPU time over the threads it runs on (on a GPU:
     the fastest wall time), a worker builds at most its CPU-time rate and
     ``workers`` of them share ``cpus`` CPUs; with no workers the training
@@ -570,7 +570,9 @@ def markdown(report: Dict) -> str:
         f"{m['gpu'] or 'no GPU'}, torch {m['torch']} "
         f"({m['torch_threads']} threads), {m['date']}; load average "
         f"{m['load_average'][0]:.1f} at the start, "
-        f"{report['load_average_end'][0]:.1f} at the end.", '',
+        f"{report['load_average_end'][0]:.1f} at the end; tools/train.py "
+        f"{'with' if report['settings']['compile'] else 'without'} "
+        '--compile, the model-only step eager.', '',
         '| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)
     ]
     for fam in report['families']:
