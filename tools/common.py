@@ -258,22 +258,23 @@ def _rank_and_size(launcher):
 
 def setup_runner(cfg, phases):
     """Check the device, the launcher, the work dir (a training run holds
-    it), the data and its labels, prepare CPU distributed runs,
-    ``FlexibleRunner`` strategies, compiling and the optimizer, and build
-    the runner, whose log files are watched
-    (:class:`~mmlape.engine.hooks.WorkDirGuardHook`); a run on the CPU says
-    so once in its log."""
+    it), the data and its labels, set the loader workers, prepare CPU
+    distributed runs, ``FlexibleRunner`` strategies, compiling and the
+    optimizer, and build the runner, whose log files are watched
+    (:class:`~mmlape.engine.hooks.WorkDirGuardHook`); a run on the CPU and
+    the workers it starts are said once in its log."""
     global _WORK_DIR
     from mmengine.device import get_device
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
     import mmlape  # noqa: F401  (models, safe checkpoint loading)
-    from mmlape.apis import (check_dataset_labels, check_dataset_paths,
-                             check_flexible_runner, check_launcher_env,
-                             check_work_dir, fit_fused_optimizer,
-                             register_scope_modules, setup_cpu_distributed,
-                             use_checked_image_loading, use_checked_label_maps)
+    from mmlape.apis import (apply_auto_num_workers, check_dataset_labels,
+                             check_dataset_paths, check_flexible_runner,
+                             check_launcher_env, check_work_dir,
+                             fit_fused_optimizer, register_scope_modules,
+                             setup_cpu_distributed, use_checked_image_loading,
+                             use_checked_label_maps)
     from mmlape.apis.quiet import quiet_host_notices, quiet_logger
     from mmlape.engine.compile import use_compile_hook
     from mmlape.engine.hooks import WorkDirGuardHook
@@ -294,6 +295,7 @@ def setup_runner(cfg, phases):
         check_dataset_labels(cfg, phases)
     use_checked_image_loading(cfg, phases)
     use_checked_label_maps(cfg, phases)
+    workers = apply_auto_num_workers(cfg)
     on_cpu = setup_cpu_distributed(cfg)
     notes = check_flexible_runner(cfg, on_cpu, world_size)
     try:  # the runner writes its log and a copy of the config
@@ -312,6 +314,8 @@ def setup_runner(cfg, phases):
         runner.logger.info(note)
     if unfused:
         runner.logger.warning(unfused)
+    if workers:
+        runner.logger.info(workers)
     if allowed:
         runner.logger.warning(
             f'MMLAPE_ALLOW_CPU=1: running on the CPU although {allowed}')

@@ -23,6 +23,18 @@ model = dict(
         use_abs_pos_embed=True,
         pe_join=dict(type='Default')))
 
+# Loaders (README "Feeding the GPU"): mmlape's tools start clamp(CPUs per
+# training process - 1, floor, ceiling) workers on every dataloader;
+# num_workers is the default that host tools, which ignore the key, use.
+# Ceiling as DeiT-Ti's (48, the workers an H200 needs at DeiT-Ti's
+# speed): this model was not timed on a GPU; the ceiling binds only on
+# nodes with more than 49 CPUs per GPU.
+auto_num_workers = dict(floor=5, ceiling=48)
+train_dataloader = dict(
+    num_workers=5, pin_memory=True, persistent_workers=True)
+val_dataloader = dict(num_workers=5, pin_memory=True, persistent_workers=True)
+test_dataloader = val_dataloader
+
 optim_wrapper = dict(
     optimizer=dict(fused=True),
     paramwise_cfg=dict(

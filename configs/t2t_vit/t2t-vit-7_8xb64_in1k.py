@@ -21,6 +21,18 @@ model = dict(
         pe_join=dict(type='Default')),
     head=dict(in_channels=256))
 
+# Loaders (README "Feeding the GPU"): mmlape's tools start clamp(CPUs per
+# training process - 1, floor, ceiling) workers on every dataloader;
+# num_workers is the default that host tools, which ignore the key, use.
+# Ceiling as DeiT-Ti's (48, the workers an H200 needs at DeiT-Ti's
+# speed): this model was not timed on a GPU; the ceiling binds only on
+# nodes with more than 49 CPUs per GPU.
+auto_num_workers = dict(floor=5, ceiling=48)
+train_dataloader = dict(
+    num_workers=5, pin_memory=True, persistent_workers=True)
+val_dataloader = dict(num_workers=5, pin_memory=True, persistent_workers=True)
+test_dataloader = val_dataloader
+
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.03, fused=True),
     paramwise_cfg=dict(

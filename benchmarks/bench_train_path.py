@@ -1,0 +1,757 @@
+"""The user's training path, measured in one run: the loader alone, the
+model alone and ``tools/train.py`` end to end, for the LaPE config of each
+family (DeiT-Ti, ViT-Adapter-Ti Mask R-CNN and UperNet, Segmenter-Ti).
+
+On generated data of the real sets' size and format (ImageNet-size JPEGs
+in ImageNet's layout, COCO at 640x480, ADE20K at 683x512 with label PNGs;
+:mod:`mmlape.datasets`), for each family:
+
+- **loader**: the config's own train dataloader (its dataset class,
+  pipeline, sampler and collate) built with ``num_workers=0`` and iterated
+  in this process on one thread, as one worker runs it. Images per second
+  per worker, from the process's CPU time (what one worker with a core of
+  its own makes; robust on a shared machine) and from wall time.
+- **model**: forward, backward and optimizer step (``model.train_step``,
+  the data preprocessor's normalisation and batch augmentation included)
+  of the config's model, eager, on one batch of that loader held in
+  memory; the
+  fastest of ``--model-steps`` steps after a warm-up, in wall time (and
+  in CPU time, for the bound below).
+- **train**: ``tools/train.py CONFIG --no-validate`` on the generated
+  data for ``--iters`` iterations with the workers the config sets
+  (``auto_num_workers`` resolved by the tool); images per second from the
+  run's ``time`` per iteration in ``vis_data/scalars.json``, the first
+  ``--warmup`` iterations left out, and the share of it spent waiting for
+  data (``data_time``).
+
+No training process beats the slower of its two sources, so the train
+figure is at most ``min(model, loader)`` with both sides taken from
+figures that load on a shared machine cannot lower: the model side is
+the step's CPU time over its threads (on a GPU its fastest wall time), the
+loader side ``min(workers, CPUs) x`` the per-worker CPU-time rate (with
+``num_workers=0`` the two times add up instead). ``train / bound`` reports
+the train figure over it and which side sets it; above 1 would mean a
+measurement is wrong.
+
+Example:
+    python benchmarks/bench_train_path.py --out train_path.md
+    python benchmarks/bench_train_path.py --families deit --iters 30
+    python benchmarks/bench_train_path.py --tiny --json out.json  # tests
+"""
+import argparse
+import copy
+import glob
+import json
+import logging
+import math
+import os
+import os.path as osp
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+HERE = osp.dirname(osp.abspath(__file__))
+ROOT = osp.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
+
+#: The four families: the LaPE config, the data format, the config's
+#: scope. The small model of ``--tiny`` is the dense tests' (``small_dense``)
+#: and the 64-dim ViT of ``bench_gpu.py --tiny``.
+FAMILIES = {
+    'deit':
+    dict(config='configs/deit/deit-tiny-lape_4xb256_in1k.py', data='imagenet'),
+    'mask-rcnn':
+    dict(
+        config='configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_'
+        'coco.py',
+        data='coco'),
+    'upernet':
+    dict(
+        config='configs/vit_adapter/upernet_vit-adapter-tiny-lape_8xb2-160k_'
+        'ade20k-512x512.py',
+        data='ade'),
+    'segmenter':
+    dict(
+        config='configs/segmenter/segmenter_vit-tiny-lape_mask_8xb1-160k_'
+        'ade20k-512x512.py',
+        data='ade'),
+}
+#: Image ``(height, width)`` of each format: real size, and ``--tiny``.
+SIZES = {
+    'imagenet': ((375, 500), (48, 64)),
+    'coco': ((480, 640), (64, 80)),
+    'ade': ((512, 683), (96, 128)),
+}
+#: COCO has about 7.3 instances per training image: 1..14, 7.5 on average.
+COCO_MAX_OBJECTS = 14
+#: The 64-dim ViT of ``--tiny`` (``bench_gpu.py``'s).
+TINY_ARCH = dict(
+    embed_dims=64, num_layers=4, num_heads=2, feedforward_channels=256)
+#: The measurements.
+PARTS = ('loader', 'model', 'train')
+#: What the markdown table shows, in order.
+COLUMNS = ('family', 'batch', 'loader img/s per worker (CPU time)',
+           'loader img/s per worker (wall)', 'model-only img/s',
+           'tools/train.py img/s', 'data_time share', 'workers',
+           'train / bound')
+
+# ---------------------------------------------------------------------------
+# data
+
+
+def generate_data(kind: str, root: str, images: int, tiny: bool) -> Dict:
+    """Generate (or keep, where it exists) ``images`` training images of
+    format ``kind`` under ``root``; return what was made."""
+    from mmlape.datasets import (generate_ade20k, generate_coco_instances,
+                                 generate_imagenet)
+    size = SIZES[kind][1 if tiny else 0]
+    stamp = root + '.json'
+    spec = dict(kind=kind, images=images, size=list(size), version=1)
+    kept = False
+    if osp.isfile(stamp):
+        with open(stamp) as f:
+            kept = json.load(f) == spec
+    if not kept:
+        # another set's files would stay in the folders that mmseg scans
+        shutil.rmtree(root, ignore_errors=True)
+        if kind == 'imagenet':
+            generate_imagenet(
+                root, num_train=images, num_val=2, num_classes=100, size=size)
+        elif kind == 'coco':
+            generate_coco_instances(
+                root,
+                num_train=images,
+                num_val=1,
+                size=size,
+                max_objects=COCO_MAX_OBJECTS,
+                background='natural',
+                quality=90)
+        else:
+            generate_ade20k(
+                root,
+                num_train=images,
+                num_val=1,
+                size=size,
+                background='natural',
+                quality=90)
+        with open(stamp, 'w') as f:
+            json.dump(spec, f)
+    pattern = {
+        'imagenet': 'train/*/*.JPEG',
+        'coco': 'train2017/*.jpg',
+        'ade': 'images/training/*.jpg'
+    }[kind]
+    files = glob.glob(osp.join(root, pattern))
+    mean_kb = sum(osp.getsize(f) for f in files) / max(1, len(files)) / 1e3
+    return dict(
+        format=kind, images=len(files), size=list(size), mean_kb=mean_kb)
+
+
+# ---------------------------------------------------------------------------
+# the run's config
+
+
+def base_loader(config: str) -> Dict:
+    """The batch size and worker settings of the config's train
+    dataloader."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    loader = cfg.train_dataloader
+    return dict(
+        batch_size=loader.batch_size,
+        num_workers=loader.get('num_workers', 0),
+        persistent_workers=loader.get('persistent_workers', False),
+        pin_memory=loader.get('pin_memory', False))
+
+
+def overrides(family: str, data_root: str, batch: int, iters: int,
+              epoch_iters: int, tiny: bool, workers: Optional[int],
+              base: Dict) -> Dict:
+    """Config entries of the run: the generated data, ``batch``, ``iters``
+    iterations (``epoch_iters`` to an epoch where the loop counts epochs),
+    every iteration logged unsmoothed, no checkpoint on the way; with
+    ``tiny`` the small model (and, for the dense families, the dense tests'
+    small pipelines); ``workers`` replaces the config's worker count
+    (``auto_num_workers`` off)."""
+    loader_workers = dict(
+        num_workers=base['num_workers'] if workers is None else workers,
+        persistent_workers=base['persistent_workers'],
+        pin_memory=base['pin_memory'])
+    if not loader_workers['num_workers']:
+        loader_workers['persistent_workers'] = False
+    over: Dict = dict(
+        default_hooks=dict(
+            logger=dict(interval=1),
+            checkpoint=dict(interval=10**6, save_last=False,
+                            max_keep_ckpts=1)),
+        log_processor=dict(window_size=1),
+        randomness=dict(seed=0))
+    if workers is not None:
+        over['auto_num_workers'] = None
+    if family == 'deit':
+        over['train_dataloader'] = dict(
+            batch_size=batch, dataset=dict(data_root=data_root))
+        over['train_cfg'] = dict(max_epochs=math.ceil(iters / epoch_iters))
+        if tiny:
+            over['model'] = dict(
+                backbone=dict(arch=dict(TINY_ARCH, _delete_=True)),
+                head=dict(in_channels=TINY_ARCH['embed_dims']))
+    elif family == 'mask-rcnn':
+        over['model'] = dict(backbone=dict(init_cfg=None))
+        if tiny:
+            over['model'].update(model_overrides(family, init_cfg=None))
+            over['train_dataloader'] = coco_data(data_root + '/', (80, 64),
+                                                 {})['train_dataloader']
+        loader = over.setdefault('train_dataloader', dict(dataset={}))
+        loader['batch_size'] = batch
+        loader['dataset']['data_root'] = data_root + '/'
+        over['train_cfg'] = dict(max_epochs=math.ceil(iters / epoch_iters))
+    else:
+        over['model'] = dict(backbone=dict(init_cfg=None))
+        if tiny:
+            over['model'].update(model_overrides(family, init_cfg=None))
+            over['model']['data_preprocessor'] = dict(size=(64, 64))
+            over['train_dataloader'] = ade_data(data_root, 64,
+                                                {})['train_dataloader']
+        loader = over.setdefault('train_dataloader', dict(dataset={}))
+        loader['batch_size'] = batch
+        loader['dataset']['data_root'] = data_root
+        over['default_hooks']['checkpoint'].update(
+            by_epoch=False, save_best=None)
+        over['train_cfg'] = dict(max_iters=iters, val_interval=iters)
+    over['train_dataloader'].update(loader_workers)
+    return over
+
+
+def write_config(path: str, config: str, over: Dict) -> str:
+    """A config file inheriting ``config`` with ``over``."""
+    with open(path, 'w') as f:
+        f.write(f'_base_ = {osp.join(ROOT, config)!r}\n')
+        for key, value in over.items():
+            f.write(f'{key} = {value!r}\n')
+    return path
+
+
+def train_command(config: str,
+                  work_dir: str,
+                  compile_: bool = False,
+                  amp: bool = False) -> List[str]:
+    """The ``tools/train.py`` command line of the end-to-end run
+    (``--compile`` and ``--amp`` passed through)."""
+    return [
+        sys.executable,
+        osp.join(ROOT, 'tools', 'train.py'), config, '--work-dir', work_dir,
+        '--no-validate'
+    ] + (['--compile'] if compile_ else []) + (['--amp'] if amp else [])
+
+
+# ---------------------------------------------------------------------------
+# the three measurements
+
+
+def load_run_config(path: str):
+    """The run's config as ``tools/train.py`` prepares it for its
+    pipelines (mmlape's checked image loading), scope initialised."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    import mmlape  # noqa: F401
+    from mmlape.apis import register_scope_modules, use_checked_image_loading
+    cfg = Config.fromfile(path)
+    init_default_scope(register_scope_modules(cfg))
+    use_checked_image_loading(cfg, ('train', ))
+    return cfg
+
+
+def _batch_len(batch: Dict) -> int:
+    return len(batch['inputs'])
+
+
+def measure_loader(cfg, images: int) -> Dict:
+    """Images per second of the config's train dataloader run in this
+    process on one thread (one worker's work), after one warm-up batch."""
+    import cv2
+    import torch
+    from mmengine.runner import Runner
+    loader_cfg = copy.deepcopy(cfg.train_dataloader)
+    loader_cfg.update(
+        num_workers=0, persistent_workers=False, pin_memory=False)
+    threads = torch.get_num_threads()
+    cv2_threads = cv2.getNumThreads()
+    torch.set_num_threads(1)  # what a DataLoader worker runs with
+    cv2.setNumThreads(0)  # mmengine's default for the training processes
+    try:
+        loader = Runner.build_dataloader(loader_cfg, seed=0)
+
+        def batches():
+            while True:
+                yield from loader
+
+        source = batches()
+        first = next(source)
+        count = 0
+        wall, cpu = time.perf_counter(), time.process_time()
+        while count < images:
+            count += _batch_len(next(source))
+        wall = time.perf_counter() - wall
+        cpu = time.process_time() - cpu
+    finally:
+        torch.set_num_threads(threads)
+        cv2.setNumThreads(cv2_threads)
+    return dict(
+        images=count,
+        cpu_s=cpu,
+        wall_s=wall,
+        img_s_cpu=count / cpu,
+        img_s_wall=count / wall,
+        batch=first)
+
+
+def measure_model(cfg, batch: Dict, steps: int, warmup: int,
+                  amp: bool) -> Dict:
+    """Seconds per ``train_step`` of the config's model on ``batch``: the
+    fastest of ``steps`` after ``warmup``, in wall time and in this
+    process's CPU time."""
+    import torch
+    from mmengine.logging import MMLogger
+    from mmengine.model import revert_sync_batchnorm
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import MODELS
+    model_cfg = copy.deepcopy(cfg.model)
+    if cfg.get('data_preprocessor') is not None:
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    model = revert_sync_batchnorm(MODELS.build(model_cfg))
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    model.to(device).train()
+    optim_cfg = copy.deepcopy(cfg.optim_wrapper)
+    if amp:
+        optim_cfg.type = 'AmpOptimWrapper'
+        optim_cfg.setdefault('loss_scale', 'dynamic')
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # not every parameter's options
+    try:
+        optim = build_optim_wrapper(model, optim_cfg)
+    finally:
+        logger.setLevel(level)
+    sync = torch.cuda.synchronize if device == 'cuda' else (lambda: None)
+    walls, cpus = [], []
+    for i in range(warmup + steps):
+        sync()
+        wall, cpu = time.perf_counter(), time.process_time()
+        model.train_step(batch, optim)
+        sync()
+        if i >= warmup:
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.process_time() - cpu)
+    return dict(
+        steps=steps,
+        s_per_step=min(walls),
+        cpu_s_per_step=min(cpus),
+        threads=torch.get_num_threads(),
+        device=device)
+
+
+def read_train_log(work_dir: str, warmup: int) -> Dict:
+    """Per-iteration ``time`` and ``data_time`` of a run's scalars.json
+    (logged every iteration, unsmoothed), the first ``warmup`` left
+    out."""
+    found = sorted(
+        glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
+    if not found:
+        raise RuntimeError(f'no vis_data/scalars.json under {work_dir}')
+    entries = []
+    with open(found[-1]) as f:
+        for line in f:
+            entry = json.loads(line)
+            if 'time' in entry and 'data_time' in entry:
+                entries.append(entry)
+    timed = entries[warmup:]
+    if not timed:
+        raise RuntimeError(
+            f'{len(entries)} iterations logged in {found[-1]}, none after '
+            f'the {warmup} warm-up ones')
+    time_s = sum(e['time'] for e in timed) / len(timed)
+    data_s = sum(e['data_time'] for e in timed) / len(timed)
+    return dict(
+        logged=len(entries),
+        timed=len(timed),
+        s_per_iter=time_s,
+        data_s_per_iter=data_s,
+        scalars=found[-1])
+
+
+def run_workers(work_dir: str) -> Optional[int]:
+    """The train dataloader's ``num_workers`` in the config the run dumped
+    (after ``auto_num_workers``)."""
+    from mmengine.config import Config
+    dumped = glob.glob(osp.join(work_dir, '*.py'))
+    if not dumped:
+        return None
+    cfg = Config.fromfile(dumped[0], import_custom_modules=False)
+    return cfg.train_dataloader.get('num_workers', 0)
+
+
+def measure_train(config: str, work_dir: str, warmup: int, args,
+                  threads: Optional[int]) -> Dict:
+    """``tools/train.py`` end to end; figures from its log."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([ROOT,
+                                    os.environ.get('PYTHONPATH',
+                                                   '')]).rstrip(os.pathsep),
+        PYTHONUNBUFFERED='1')
+    if threads:
+        env['OMP_NUM_THREADS'] = str(threads)
+    os.makedirs(work_dir, exist_ok=True)
+    log = osp.join(work_dir, 'train.out')
+    cmd = train_command(config, work_dir, args.compile, args.amp)
+    start = time.perf_counter()
+    with open(log, 'w') as f:
+        out = subprocess.run(
+            cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - start
+    if out.returncode:
+        with open(log) as f:
+            tail = f.read()[-1500:]
+        raise RuntimeError(f'tools/train.py exited with {out.returncode} '
+                           f'(log {log}): ...{tail}')
+    result = read_train_log(work_dir, warmup)
+    with open(log) as f:
+        text = f.read()
+    result.update(
+        workers=run_workers(work_dir),
+        auto_num_workers_logged=text.count('auto_num_workers: '),
+        wall_s=wall,
+        compile=args.compile,
+        command=' '.join(cmd[1:]))
+    return result
+
+
+def bound(model: Dict, loader: Dict, workers: int, cpus: int) -> Dict:
+    """The most images per second a training process can make, from
+    figures that load on the machine cannot lower: on the CPU a step
+    takes at least its CPU time over the threads it runs on (on a GPU:
+    the fastest wall time), a worker builds at most its CPU-time rate and
+    ``workers`` of them share ``cpus`` CPUs; with no workers the training
+    process loads too, and the two times add up.
+
+    Returns:
+        dict: ``img_s`` and ``limited_by`` (model, loader, or both).
+    """
+    if model['device'] == 'cpu':
+        step_s = model['cpu_s_per_step'] / model['threads']
+    else:
+        step_s = model['s_per_step']
+    model_img_s = model['batch'] / step_s
+    if not workers:
+        return dict(
+            img_s=1 / (1 / model_img_s + 1 / loader['img_s_cpu']),
+            limited_by='model + loader in one process')
+    loader_img_s = min(workers, cpus) * loader['img_s_cpu']
+    side = 'loader' if loader_img_s < model_img_s else 'model'
+    return dict(img_s=min(loader_img_s, model_img_s), limited_by=side)
+
+
+# ---------------------------------------------------------------------------
+# one family, the run, the report
+
+
+def run_family(family: str, args, root: str) -> Dict:
+    """Data, the three measurements and the bound of one family."""
+    stages: Dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def stage(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        stages[name] = round(now - clock, 2)
+        clock = now
+
+    spec = FAMILIES[family]
+    base = base_loader(spec['config'])
+    batch = base['batch_size']
+    if args.max_batch:
+        batch = min(batch, args.max_batch)
+    iters = args.iters
+    # An epoch of the epoch-based loops (DeiT, Mask R-CNN) is one pass over
+    # the generated set: at most --iters batches, at most --max-images.
+    per_epoch = max(2, min(iters, args.max_images // batch))
+    h, w = SIZES[spec['data']][1 if args.tiny else 0]
+    data_root = osp.join(root, 'data',
+                         f"{spec['data']}-{w}x{h}-{per_epoch * batch}")
+    data = generate_data(spec['data'], data_root, per_epoch * batch, args.tiny)
+    stage('data')
+    work = osp.join(root, family)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(osp.join(root, 'configs'), exist_ok=True)
+    over = overrides(family, data_root, batch, iters, per_epoch, args.tiny,
+                     args.workers, base)
+    # (the run dumps its resolved config to the work dir, under this name)
+    config = write_config(
+        osp.join(root, 'configs', f'{family}.py'), spec['config'], over)
+    cfg = load_run_config(config)
+    stage('config')
+    result = dict(
+        family=family,
+        config=spec['config'],
+        batch=batch,
+        config_batch=base['batch_size'],
+        data=data,
+        seconds=stages)
+    loader = measure_loader(cfg, args.loader_images)
+    held = loader.pop('batch')
+    result['loader'] = loader
+    stage('loader')
+    if 'model' in args.parts:
+        model = measure_model(cfg, held, args.model_steps, args.model_warmup,
+                              args.amp)
+        model['batch'] = _batch_len(held)
+        model['img_s'] = model['batch'] / model['s_per_step']
+        result['model'] = model
+        stage('model')
+    if 'train' in args.parts:
+        train = measure_train(config, work, args.warmup, args, args.threads)
+        train['img_s'] = batch / train['s_per_iter']
+        train['data_share'] = train['data_s_per_iter'] / train['s_per_iter']
+        result['train'] = train
+        stage('train')
+    if 'model' in result and 'train' in result:
+        workers = train['workers'] if train['workers'] is not None else 0
+        limit = bound(model, loader, workers, len(os.sched_getaffinity(0)))
+        limit['train_over_bound'] = train['img_s'] / limit['img_s']
+        result['bound'] = limit
+    return result
+
+
+def machine() -> Dict:
+    """What the figures were measured on."""
+    import torch
+    name = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    name = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() \
+        else None
+    return dict(
+        cpu=name,
+        cpus=len(os.sched_getaffinity(0)),
+        gpu=gpu,
+        torch=torch.__version__,
+        torch_threads=torch.get_num_threads(),
+        python=platform.python_version(),
+        load_average=list(os.getloadavg()),
+        date=time.strftime('%Y-%m-%d'))
+
+
+def _rate(value: float) -> str:
+    if value < 1:
+        return f'{value:.3f}'
+    return f'{value:,.1f}' if value < 100 else f'{value:,.0f}'
+
+
+def markdown(report: Dict) -> str:
+    """The report as a caption and one markdown row per family."""
+    m = report['machine']
+    lines = [
+        f"{m['cpu']}, {m['cpus']} CPUs, "
+        f"{m['gpu'] or 'no GPU'}, torch {m['torch']} "
+        f"({m['torch_threads']} threads), {m['date']}; load average "
+        f"{m['load_average'][0]:.1f} at the start, "
+        f"{report['load_average_end'][0]:.1f} at the end; tools/train.py "
+        f"{'with' if report['settings']['compile'] else 'without'} "
+        '--compile, the model-only step eager.', '',
+        '| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)
+    ]
+    for fam in report['families']:
+        if 'error' in fam:
+            lines.append(f"| {fam['family']} | failed: {fam['error']} |")
+            continue
+        loader = fam['loader']
+        model, train, limit = (fam.get(k) for k in ('model', 'train', 'bound'))
+        batch = str(fam['batch'])
+        if fam['batch'] != fam['config_batch']:
+            batch += f" (config {fam['config_batch']})"
+        cells = [
+            fam['family'], batch,
+            _rate(loader['img_s_cpu']),
+            _rate(loader['img_s_wall']),
+            _rate(model['img_s']) if model else '-',
+            _rate(train['img_s']) if train else '-',
+            f"{train['data_share']:.0%}" if train else '-',
+            str(train['workers']) if train else '-',
+            f"{limit['train_over_bound']:.2f} ({limit['limited_by']})"
+            if limit else '-'
+        ]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def families(text: str) -> List[str]:
+        names = [n.strip() for n in text.split(',') if n.strip()]
+        for name in names:
+            if name not in FAMILIES:
+                raise argparse.ArgumentTypeError(
+                    f'{name!r} is not one of {list(FAMILIES)}')
+        return names
+
+    def parts(text: str) -> List[str]:
+        names = [n.strip() for n in text.split(',') if n.strip()]
+        for name in names:
+            if name not in PARTS:
+                raise argparse.ArgumentTypeError(
+                    f'{name!r} is not one of {list(PARTS)}')
+        return names
+
+    parser.add_argument(
+        '--families',
+        type=families,
+        default=list(FAMILIES),
+        help=f'comma-separated, from {",".join(FAMILIES)} (default: all)')
+    parser.add_argument(
+        '--parts',
+        type=parts,
+        default=list(PARTS),
+        help=f'comma-separated, from {",".join(PARTS)} (default: all; the '
+        'loader is always measured)')
+    parser.add_argument(
+        '--tiny',
+        action='store_true',
+        help='tiny models, small images, few iterations (the test)')
+    parser.add_argument(
+        '--iters', type=int, help='training iterations (30; --tiny 5)')
+    parser.add_argument(
+        '--warmup',
+        type=int,
+        help='first iterations left out of the train figure (5; --tiny 2)')
+    parser.add_argument(
+        '--loader-images',
+        type=int,
+        help='images the loader makes while timed (128; --tiny 8)')
+    parser.add_argument(
+        '--model-steps',
+        type=int,
+        help='timed model-only steps, the fastest counts (5; --tiny 3)')
+    parser.add_argument(
+        '--model-warmup',
+        type=int,
+        default=1,
+        help='untimed model-only steps first (1)')
+    parser.add_argument(
+        '--max-batch',
+        type=int,
+        help='cap on the per-process batch (none on a GPU, 32 on the '
+        'CPU, 2 with --tiny); the table names the config\'s beside it')
+    parser.add_argument(
+        '--max-images',
+        type=int,
+        default=1024,
+        help='generated training images at most; epoch-based configs run '
+        'several epochs of them (1024)')
+    parser.add_argument(
+        '--workers',
+        type=int,
+        help='loader workers of the train run instead of the config\'s '
+        '(turns auto_num_workers off)')
+    parser.add_argument(
+        '--threads',
+        type=int,
+        help='torch threads of the model-only step and the training '
+        'process (OMP_NUM_THREADS); default torch\'s')
+    parser.add_argument(
+        '--compile',
+        action='store_true',
+        help='pass --compile to tools/train.py')
+    parser.add_argument(
+        '--amp', action='store_true', help='pass --amp to tools/train.py')
+    parser.add_argument(
+        '--work-root',
+        help='where data, configs and runs go (a new temporary folder); '
+        'generated data is kept and reused there')
+    parser.add_argument('--out', help='also write the markdown here')
+    parser.add_argument('--json', help='also write the report as JSON here')
+    args = parser.parse_args(argv)
+    tiny = args.tiny
+    defaults = dict(
+        iters=5 if tiny else 30,
+        warmup=2 if tiny else 5,
+        loader_images=8 if tiny else 128,
+        model_steps=3 if tiny else 5)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.max_batch is None:
+        import torch
+        args.max_batch = 2 if tiny else (
+            0 if torch.cuda.is_available() else 32)
+    if args.warmup >= args.iters:
+        parser.error(f'--warmup {args.warmup} leaves none of --iters '
+                     f'{args.iters} timed')
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import torch
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        report = run(args)
+    finally:
+        torch.set_num_threads(threads)
+    text = markdown(report)
+    print(text)
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(text)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(report, f, indent=1)
+    return 1 if any('error' in fam for fam in report['families']) else 0
+
+
+def run(args: argparse.Namespace) -> Dict:
+    """Every family of ``args``: the report (a family that fails has its
+    ``error`` instead of figures)."""
+    root = args.work_root or tempfile.mkdtemp(prefix='bench_train_path_')
+    report = dict(
+        machine=machine(),
+        settings={
+            k: v
+            for k, v in vars(args).items() if k not in ('out', 'json')
+        },
+        work_root=root,
+        families=[])
+    for family in args.families:
+        print(f'{family} ...', file=sys.stderr, flush=True)
+        try:
+            report['families'].append(run_family(family, args, root))
+        except Exception as err:  # noqa: BLE001 -- reported in the row
+            import traceback
+            traceback.print_exc(file=sys.stderr)
+            message = f'{type(err).__name__}: {err}'.replace('\n', ' ')
+            report['families'].append(dict(family=family, error=message[:300]))
+    report['load_average_end'] = list(os.getloadavg())
+    return report
+
+
+if __name__ == '__main__':
+    sys.exit(main())
