@@ -27,7 +27,71 @@ def parse_args(argv=None):
         '--show-dir',
         help='save drawn predictions under the work dir '
         'in this folder')
+    parser.add_argument(
+        '--tta',
+        action='store_true',
+        help="test-time augmentation: the config's tta_model and "
+        'tta_pipeline (mmseg: multi-scale and flip), else flip '
+        '(classification, detection)')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='test under automatic mixed precision (fp16 on a GPU, bf16 on '
+        'the CPU)')
     return parse_common(parser, argv)
+
+
+#: The TTA model of each scope when the config names none, as the hosts'
+#: tools default (mmdet's with instance masks carried through the merge).
+TTA_MODELS = {
+    'mmpretrain':
+    dict(type='AverageClsScoreTTA'),
+    'mmdet':
+    dict(
+        type='InstanceSegTTAModel',
+        tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
+                     max_per_img=100)),
+}
+
+
+def _innermost(dataset):
+    while 'dataset' in dataset:
+        dataset = dataset['dataset']
+    return dataset
+
+
+def use_tta(cfg):
+    """Test with test-time augmentation, as the hosts' ``--tta``: the
+    config's ``tta_model`` wrapping its model and its ``tta_pipeline``;
+    where the config has none, flip (the test pipeline with a
+    ``TestTimeAug`` of both flips before its packing step)."""
+    scope = cfg.default_scope
+    if 'tta_model' not in cfg:
+        if scope not in TTA_MODELS:
+            raise UsageError(f'--tta: the config has no tta_model (an '
+                             f'{scope} config inherits one from its '
+                             f'default runtime)')
+        cfg.tta_model = TTA_MODELS[scope]
+    dataset = cfg.test_dataloader.dataset
+    if 'tta_pipeline' not in cfg:
+        if scope == 'mmseg':
+            raise UsageError('--tta: the config has no tta_pipeline (an '
+                             "mmseg config inherits one from its dataset's "
+                             'base)')
+        pipeline = list(_innermost(dataset).pipeline)
+        pack = dict(pipeline[-1])
+        if scope == 'mmdet' and 'meta_keys' in pack:
+            pack['meta_keys'] = tuple(
+                pack['meta_keys']) + ('flip', 'flip_direction')
+        pipeline[-1] = dict(
+            type='TestTimeAug',
+            transforms=[[
+                dict(type='RandomFlip', prob=1.),
+                dict(type='RandomFlip', prob=0.)
+            ], [pack]])
+        cfg.tta_pipeline = pipeline
+    cfg.model = dict(**cfg.tta_model, module=cfg.model)
+    _innermost(dataset).pipeline = cfg.tta_pipeline
 
 
 def add_show_dir(cfg, show_dir):
@@ -45,6 +109,44 @@ def add_show_dir(cfg, show_dir):
         cfg.visualizer.save_dir = show_dir
 
 
+def float32_predictions(outputs):
+    """The half-precision tensors of the predictions in float32, for the
+    metrics: numpy, which they convert to, has no bfloat16 (autocast on the
+    CPU), and float16 boxes lose pixels."""
+    import torch
+    from mmengine.structures import BaseDataElement
+
+    def cast(value):
+        if isinstance(value, torch.Tensor) and value.dtype in (torch.float16,
+                                                               torch.bfloat16):
+            return value.float()
+        if isinstance(value, BaseDataElement):
+            for key, item in value.items():
+                new = cast(item)
+                if new is not item:
+                    value.set_field(
+                        new,
+                        key,
+                        field_type=('metainfo' if key in value.metainfo_keys()
+                                    else 'data'))
+        return value
+
+    for sample in outputs:
+        cast(sample)
+    return outputs
+
+
+def predict_in_float32(runner):
+    """Cast what ``runner.model.test_step`` returns to float32."""
+    model = runner.model
+    test_step = model.test_step
+
+    def float32_test_step(data):
+        return float32_predictions(test_step(data))
+
+    model.test_step = float32_test_step
+
+
 def main(argv=None):
     args = parse_args(argv)
     with fail():
@@ -53,6 +155,10 @@ def main(argv=None):
         cfg.load_from = args.checkpoint
         if args.show_dir:
             add_show_dir(cfg, args.show_dir)
+        if args.tta:
+            use_tta(cfg)
+        if args.amp:
+            cfg.test_cfg = dict(cfg.get('test_cfg') or {}, fp16=True)
         if args.out:
             if not args.out.endswith(('.pkl', '.pickle')):
                 raise UsageError('--out must end with .pkl or .pickle')
@@ -63,6 +169,8 @@ def main(argv=None):
             evaluator.append(dict(type='DumpResults', out_file_path=args.out))
             cfg.test_evaluator = evaluator
         runner = setup_runner(cfg, ('test', ))
+        if args.amp:
+            predict_in_float32(runner)
         from mmlape.apis import check_checkpoint_fits, when_model_built
         when_model_built(runner, check_checkpoint_fits, args.checkpoint,
                          'checkpoint', cfg)

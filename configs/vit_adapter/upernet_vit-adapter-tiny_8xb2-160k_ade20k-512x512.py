@@ -23,6 +23,27 @@ test_pipeline = [
     dict(type='LoadAnnotations', reduce_zero_label=True),
     dict(type='PackSegInputs')
 ]
+# tools/test.py --tta: mmseg's ADE20K ratios and flips, each view resized to
+# a multiple of 32 as the test pipeline (the adapter's pyramid goes to 1/32;
+# the official multi-scale test does the same).
+tta_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(
+        type='TestTimeAug',
+        transforms=[
+            [
+                dict(type='Resize', scale_factor=r, keep_ratio=True)
+                for r in [0.5, 0.75, 1.0, 1.25, 1.5, 1.75]
+            ],
+            [dict(type='ResizeToMultiple', size_divisor=32)],
+            [
+                dict(type='RandomFlip', prob=0., direction='horizontal'),
+                dict(type='RandomFlip', prob=1., direction='horizontal')
+            ],
+            [dict(type='LoadAnnotations')],
+            [dict(type='PackSegInputs')],
+        ])
+]
 # Loaders (README "Feeding the GPU"): mmlape's tools start clamp(CPUs per
 # training process - 1, floor, ceiling) workers on every dataloader;
 # num_workers is the default that host tools, which ignore the key, use.

@@ -1,12 +1,13 @@
 """Training parts, registered into mmengine's root registries.
 
-The layer-decay constructor builds on mmpretrain's. So that ``import
-mmlape`` imports no host task library, the registry holds a small factory
-under the constructor's name, and :mod:`mmlape.engine.optim` (with
-mmpretrain) is imported only when a config builds it or code imports the
-class from here.
+The layer-decay constructor builds on mmpretrain's, the instance
+segmentation TTA model on mmdet's. So that ``import mmlape`` imports no
+host task library, the registries hold small factories under their names,
+and :mod:`mmlape.engine.optim` (with mmpretrain) and
+:mod:`mmlape.engine.tta` (with mmdet) are imported only when a config
+builds them or code imports the classes from here.
 """
-from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
 from .compile import CompileHook
 from .hooks import AtomicCheckpointHook, WorkDirGuardHook
@@ -14,9 +15,9 @@ from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
 from .strategies import LaPEFSDPStrategy
 
 __all__ = [
-    'AtomicCheckpointHook', 'CompileHook', 'LaPEFSDPStrategy',
-    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
-    'WorkDirGuardHook', 'deit_epoch_lr'
+    'AtomicCheckpointHook', 'CompileHook', 'InstanceSegTTAModel',
+    'LaPEFSDPStrategy', 'LaPELayerDecayOptimWrapperConstructor',
+    'LaPEDeiTCosineLR', 'WorkDirGuardHook', 'deit_epoch_lr'
 ]
 
 
@@ -28,8 +29,19 @@ def _build_layer_decay_constructor(**kwargs):
     return LaPELayerDecayOptimWrapperConstructor(**kwargs)
 
 
+@MODELS.register_module(name='InstanceSegTTAModel')
+def _build_instance_seg_tta(**kwargs):
+    """Build :class:`InstanceSegTTAModel` (mmdet's test-time augmentation
+    with instance masks) from a config."""
+    from .tta import InstanceSegTTAModel
+    return InstanceSegTTAModel(**kwargs)
+
+
 def __getattr__(name: str):
     if name == 'LaPELayerDecayOptimWrapperConstructor':
         from .optim import LaPELayerDecayOptimWrapperConstructor
         return LaPELayerDecayOptimWrapperConstructor
+    if name == 'InstanceSegTTAModel':
+        from .tta import InstanceSegTTAModel
+        return InstanceSegTTAModel
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -65,6 +65,23 @@ def train_and_test(config, tmp):
         return json.load(f), log
 
 
+def run_tta(config, tmp):
+    """``tools/test.py --tta --amp`` on the checkpoint ``train_and_test``
+    left: the metrics, and the model and test loop the run was built
+    with (its dumped config)."""
+    work = str(tmp / 'work')
+    with open(osp.join(work, 'last_checkpoint')) as f:
+        ckpt = f.read().strip()
+    run_python(
+        ['tools/test.py', config, ckpt, '--work-dir', work, '--tta', '--amp'])
+    with open(osp.join(work, 'test_metrics.json')) as f:
+        metrics = json.load(f)
+    from mmengine.config import Config
+    dumped = Config.fromfile(osp.join(work, osp.basename(config)))
+    assert dumped.test_cfg.fp16 is True  # autocast (bf16 on the CPU)
+    return metrics, dumped
+
+
 def adapter(family, ckpt):
     """The small ViT-Adapter model of ``family``, BN in the adapter,
     initialised from ``ckpt``."""
@@ -106,6 +123,12 @@ def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
         **SEED)
     metrics, log = train_and_test(config, tmp_path)
     assert_initialised_from(log, lape_checkpoint)
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        assert key in metrics and -1 <= metrics[key] <= 1
+    metrics, dumped = run_tta(config, tmp_path)
+    assert dumped.model.type == 'InstanceSegTTAModel'  # masks carried
+    flips = dumped.test_dataloader.dataset.pipeline[-1]
+    assert flips.type == 'TestTimeAug' and len(flips.transforms[0]) == 2
     for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
         assert key in metrics and -1 <= metrics[key] <= 1
     assert ('torch.compile (backend=eager): each of the 4 encoder blocks '
@@ -150,6 +173,14 @@ def test_upernet_vit_adapter_lape(lape_checkpoint, tmp_path):
     metrics, log = train_and_test(config, tmp_path)
     assert_initialised_from(log, lape_checkpoint)
     assert 'mIoU' in metrics and 0 <= metrics['mIoU'] <= 100
+    metrics, dumped = run_tta(config, tmp_path)
+    assert dumped.model.type == 'SegTTAModel'
+    views = dumped.test_dataloader.dataset.pipeline[1].transforms
+    assert [t.scale_factor
+            for t in views[0]] == [0.5, 0.75, 1.0, 1.25, 1.5,
+                                   1.75]  # mmseg's ADE20K
+    assert views[1] == [dict(type='ResizeToMultiple', size_divisor=32)]
+    assert 'mIoU' in metrics and 0 <= metrics['mIoU'] <= 100
 
 
 @pytest.mark.slow
@@ -169,4 +200,11 @@ def test_segmenter_lape(lape_checkpoint, tmp_path):
         **ade(data))
     metrics, log = train_and_test(config, tmp_path)
     assert_initialised_from(log, lape_checkpoint)
+    assert 'mIoU' in metrics and 0 <= metrics['mIoU'] <= 100
+    metrics, dumped = run_tta(config, tmp_path)
+    assert dumped.model.type == 'SegTTAModel'
+    scales = dumped.test_dataloader.dataset.pipeline[1].transforms[0]
+    assert [t.scale_factor
+            for t in scales] == [0.5, 0.75, 1.0, 1.25, 1.5,
+                                 1.75]  # mmseg's ADE20K ratios
     assert 'mIoU' in metrics and 0 <= metrics['mIoU'] <= 100
