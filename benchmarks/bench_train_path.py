@@ -314,11 +314,17 @@ def measure_loader(cfg, images: int) -> Dict:
         batch=first)
 
 
-def measure_model(cfg, batch: Dict, steps: int, warmup: int,
-                  amp: bool) -> Dict:
+def measure_model(cfg,
+                  batch: Dict,
+                  steps: int,
+                  warmup: int,
+                  amp: bool,
+                  compile_: bool = False) -> Dict:
     """Seconds per ``train_step`` of the config's model on ``batch``: the
     fastest of ``steps`` after ``warmup``, in wall time and in this
-    process's CPU time."""
+    process's CPU time; with ``compile_`` the model is compiled as
+    ``--compile`` compiles it (:class:`~mmlape.engine.CompileHook`'s
+    targets, inductor)."""
     import torch
     from mmengine.logging import MMLogger
     from mmengine.model import revert_sync_batchnorm
@@ -330,6 +336,10 @@ def measure_model(cfg, batch: Dict, steps: int, warmup: int,
     model = revert_sync_batchnorm(MODELS.build(model_cfg))
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     model.to(device).train()
+    if compile_:
+        from mmlape.engine.compile import compile_targets
+        for module in compile_targets(model, 'auto', cfg.default_scope)[0]:
+            module.compile()
     optim_cfg = copy.deepcopy(cfg.optim_wrapper)
     if amp:
         optim_cfg.type = 'AmpOptimWrapper'
@@ -512,7 +522,7 @@ def run_family(family: str, args, root: str) -> Dict:
     stage('loader')
     if 'model' in args.parts:
         model = measure_model(cfg, held, args.model_steps, args.model_warmup,
-                              args.amp)
+                              args.amp, args.compile)
         model['batch'] = _batch_len(held)
         model['img_s'] = model['batch'] / model['s_per_step']
         result['model'] = model
@@ -570,10 +580,10 @@ def markdown(report: Dict) -> str:
         f"{m['gpu'] or 'no GPU'}, torch {m['torch']} "
         f"({m['torch_threads']} threads), {m['date']}; load average "
         f"{m['load_average'][0]:.1f} at the start, "
-        f"{report['load_average_end'][0]:.1f} at the end; tools/train.py "
-        f"{'with' if report['settings']['compile'] else 'without'} "
-        '--compile, the model-only step eager.', '',
-        '| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)
+        f"{report['load_average_end'][0]:.1f} at the end; tools/train.py " +
+        ('and the model-only step compiled (--compile, inductor).' if
+         report['settings']['compile'] else 'and the model-only step eager.'),
+        '', '| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)
     ]
     for fam in report['families']:
         if 'error' in fam:
@@ -678,7 +688,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--compile',
         action='store_true',
-        help='pass --compile to tools/train.py')
+        help='compile: --compile to tools/train.py, and the model-only '
+        'step compiled the same way (inductor)')
     parser.add_argument(
         '--amp', action='store_true', help='pass --amp to tools/train.py')
     parser.add_argument(
