@@ -19,9 +19,14 @@
 # Environment:
 #   PYTHON       interpreter (default: python3)
 #   BUILD_DIR    where setup.sh builds and the results go (default: .gpu_build)
-#   SECTIONS     bench_gpu.py sections, in order
+#   SECTIONS     bench_gpu.py sections, in order, and `trainpath`
+#                (benchmarks/bench_train_path.py for DeiT-Ti: tools/train.py
+#                end to end, eager then compiled, beside the model-only
+#                step and the loader; its tables in trainpath/)
 #                (default: deit msda adapter segmenter dist compile)
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
+#   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
+#                512", fewer images to generate)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -31,6 +36,21 @@ DIR=$BUILD/acceptance
 SECTIONS=${SECTIONS:-deit msda adapter segmenter dist compile}
 mode=${1:-run}
 seconds=${2:-540}
+
+trainpath() {
+    local tp=$DIR/trainpath mode
+    mkdir -p "$tp"
+    for mode in eager compiled; do
+        [[ -f $tp/$mode.json ]] && continue
+        # shellcheck disable=SC2086  # TRAINPATH_ARGS is a list of options
+        "$PY" benchmarks/bench_train_path.py --families deit \
+            --work-root "$tp/work" --out "$tp/$mode.md" \
+            --json "$tp/$mode.part" \
+            $([[ $mode == compiled ]] && echo --compile) \
+            ${TRAINPATH_ARGS:-} && mv "$tp/$mode.part" "$tp/$mode.json" ||
+            echo "[acceptance] trainpath $mode: bench_train_path.py failed"
+    done
+}
 
 run_all() {
     mkdir -p "$DIR"
@@ -44,6 +64,10 @@ run_all() {
             echo "[acceptance] $section: rows exist, not run again"
             continue
         fi
+        if [[ $section == trainpath ]]; then
+            trainpath
+            continue
+        fi
         # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
         if "$PY" benchmarks/bench_gpu.py --sections "$section" \
             --json "$DIR/$section.part" --work-root "$DIR/dist" \
@@ -54,6 +78,7 @@ run_all() {
         fi
     done
     "$PY" benchmarks/bench_gpu.py --merge "$DIR"/*.json > "$DIR/table.md"
+    cat "$DIR"/trainpath/*.md >> "$DIR/table.md" 2>/dev/null || true
     echo done > "$DIR/status"
 }
 
@@ -62,7 +87,8 @@ export_results() {
     [[ -f $DIR/table.md ]] && cp "$DIR/table.md" "$OUT/"
     [[ -f $DIR/log.txt ]] && tail -c 4000000 "$DIR/log.txt" > "$OUT/log.txt"
     local files=()
-    for f in "$DIR"/*.json "$BUILD/mmcv_build_time.txt"; do
+    for f in "$DIR"/*.json "$DIR"/trainpath/*.json "$DIR"/trainpath/*.md \
+        "$BUILD/mmcv_build_time.txt"; do
         [[ -f $f ]] && files+=("$f")
     done
     ((${#files[@]})) && tar -czf "$OUT/results.tar.gz" "${files[@]}"
