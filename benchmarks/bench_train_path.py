@@ -168,7 +168,22 @@ def base_loader(config: str) -> Dict:
         batch_size=loader.batch_size,
         num_workers=loader.get('num_workers', 0),
         persistent_workers=loader.get('persistent_workers', False),
-        pin_memory=loader.get('pin_memory', False))
+        pin_memory=loader.get('pin_memory', False),
+        dataset=loader.dataset.to_dict())
+
+
+def one_epoch(dataset: Dict, data_root: str, times: int) -> Dict:
+    """The train dataset repeated ``times`` (mmengine's ``RepeatDataset``),
+    so that one epoch holds every timed iteration. A DataLoader hands each
+    worker whole batches: an epoch of a few batches keeps a few workers
+    busy and the rest idle, which measures the epoch's length, not the
+    loader (measured: 2 batches of 256 an epoch gave 263 img/s with 15
+    workers that make 190 img/s each)."""
+    return dict(
+        _delete_=True,
+        type='RepeatDataset',
+        times=times,
+        dataset=dict(dataset, data_root=data_root))
 
 
 def overrides(family: str, data_root: str, batch: int, iters: int,
@@ -195,10 +210,12 @@ def overrides(family: str, data_root: str, batch: int, iters: int,
         randomness=dict(seed=0))
     if workers is not None:
         over['auto_num_workers'] = None
+    times = math.ceil(iters / epoch_iters)
     if family == 'deit':
         over['train_dataloader'] = dict(
-            batch_size=batch, dataset=dict(data_root=data_root))
-        over['train_cfg'] = dict(max_epochs=math.ceil(iters / epoch_iters))
+            batch_size=batch,
+            dataset=one_epoch(base['dataset'], data_root, times))
+        over['train_cfg'] = dict(max_epochs=1)
         if tiny:
             over['model'] = dict(
                 backbone=dict(arch=dict(TINY_ARCH, _delete_=True)),
@@ -211,8 +228,9 @@ def overrides(family: str, data_root: str, batch: int, iters: int,
                                                  {})['train_dataloader']
         loader = over.setdefault('train_dataloader', dict(dataset={}))
         loader['batch_size'] = batch
-        loader['dataset']['data_root'] = data_root + '/'
-        over['train_cfg'] = dict(max_epochs=math.ceil(iters / epoch_iters))
+        dataset = dict(base['dataset'], **loader['dataset'])
+        loader['dataset'] = one_epoch(dataset, data_root + '/', times)
+        over['train_cfg'] = dict(max_epochs=1)
     else:
         over['model'] = dict(backbone=dict(init_cfg=None))
         if tiny:

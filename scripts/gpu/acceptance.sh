@@ -20,8 +20,8 @@
 #   PYTHON       interpreter (default: python3)
 #   BUILD_DIR    where setup.sh builds and the results go (default: .gpu_build)
 #   SECTIONS     bench_gpu.py sections, in order, and `trainpath`
-#                (benchmarks/bench_train_path.py for DeiT-Ti: tools/train.py
-#                end to end, eager then compiled, beside the model-only
+#                (benchmarks/bench_train_path.py --amp for DeiT-Ti:
+#                tools/train.py end to end, eager then compiled, beside the model-only
 #                step and the loader; its tables in trainpath/)
 #                (default: deit msda adapter segmenter dist compile)
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
@@ -43,7 +43,7 @@ trainpath() {
     for mode in eager compiled; do
         [[ -f $tp/$mode.json ]] && continue
         # shellcheck disable=SC2086  # TRAINPATH_ARGS is a list of options
-        "$PY" benchmarks/bench_train_path.py --families deit \
+        "$PY" benchmarks/bench_train_path.py --families deit --amp \
             --work-root "$tp/work" --out "$tp/$mode.md" \
             --json "$tp/$mode.part" \
             $([[ $mode == compiled ]] && echo --compile) \
