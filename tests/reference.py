@@ -40,8 +40,8 @@ def msa(blk, h, bias=None, rope=None):
     qkv = F.linear(h, blk.attn.qkv.weight, blk.attn.qkv.bias)
     q, k, v = qkv.reshape(b, n, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
     if rope is not None:
-        q = rope_rotate(q, blk.attn.rope_freqs, *rope)
-        k = rope_rotate(k, blk.attn.rope_freqs, *rope)
+        q = rope_rotate(q, blk.attn.rope_frequencies(), *rope)
+        k = rope_rotate(k, blk.attn.rope_frequencies(), *rope)
     logits = q @ k.transpose(-1, -2) / math.sqrt(c // heads)
     if bias is not None:
         logits = logits + bias

@@ -160,20 +160,24 @@ def test_eva_options_mmlape_does_not_compute_are_refused():
 # ----------------------------------------------------------------------
 # the frequencies
 def test_axial_frequencies_are_the_papers():
-    """RoPE-Axial: ``theta = 100``, the first quarter of the channel pairs
+    """RoPE-Axial: ``theta = 100``, the first half of the channel pairs
     of every head turning with the column at ``100^(-t / (d/4))``, the
-    second with the row; fixed, a buffer that is not saved."""
+    second with the row; fixed and computed, no state (nothing saved,
+    nothing counted as a weight)."""
+    from mmlape.analysis import count_parameters
     model = tiny_vit(pe_type='rope_axial')
     d = model.embed_dims // 2
     mag = 100.**(-torch.arange(d // 4) / (d // 4))
     zero = torch.zeros(d // 4)
     for blk in model.blocks:
-        freqs = blk.attn.rope_freqs
-        assert not isinstance(freqs, torch.nn.Parameter)
+        freqs = blk.attn.rope_frequencies()
         for head in range(2):
             torch.testing.assert_close(freqs[0, head], torch.cat([mag, zero]))
             torch.testing.assert_close(freqs[1, head], torch.cat([zero, mag]))
     assert not any('rope' in k for k in model.state_dict())
+    # DeiT's count without its PE (16 patches + 1 class token, 64 wide)
+    plain = count_parameters(tiny_vit())
+    assert count_parameters(model) == (plain.learnable - 17 * 64, 0)
 
 
 def test_mixed_frequencies_start_as_the_papers_and_learn():
@@ -215,7 +219,8 @@ def test_thetas_cover_every_rotary_type():
     model = tiny_vit(pe_type='rope_axial', rope_theta=10000.)
     assert model.blocks[0].attn.rope_theta == 10000.
     # head_dims 32: 8 pairs a side, 10000^(-4/8) = 0.01
-    assert model.blocks[0].attn.rope_freqs[0, 0, 4] == pytest.approx(0.01)
+    assert model.blocks[0].attn.rope_frequencies()[0, 0,
+                                                   4] == pytest.approx(0.01)
 
 
 # ----------------------------------------------------------------------
@@ -303,3 +308,36 @@ def test_bad_rotary_settings_are_refused_in_one_line(kwargs, match):
     with pytest.raises(ValueError, match=match) as err:
         LaPEViT(**kwargs)
     assert '\n' not in str(err.value)
+
+
+# ----------------------------------------------------------------------
+# the other backbones on the one ViT
+def test_dense_backbones_take_the_rotary_types():
+    """ViT-Adapter and mmseg's ViT build the same blocks: the rotation
+    reaches them (gradients to the mixed frequencies), at other sizes too,
+    beside a join on the absolute PE."""
+    from mmlape.models import LaPESegViT, LaPEViTAdapter
+    torch.manual_seed(0)
+    adapter = LaPEViTAdapter(
+        'test-tiny',
+        img_size=64,
+        pe_type='rope_mixed',
+        ape_type='learnable',
+        pe_join='PVG')
+    assert adapter.pe_setting == 'rope_mixed+learnable'
+    outs = adapter(torch.randn(1, 3, 64, 96))
+    assert [tuple(o.shape[2:]) for o in outs] == [(16, 24), (8, 12), (4, 6),
+                                                  (2, 3)]
+    sum((o * torch.randn_like(o)).sum() for o in outs).backward()
+    for blk in adapter.blocks:
+        assert blk.attn.rope_freqs.grad.abs().sum() > 0
+    seg = LaPESegViT(
+        img_size=32,
+        patch_size=8,
+        embed_dims=64,
+        num_layers=2,
+        num_heads=2,
+        out_indices=(1, ),
+        pe_type='rope_axial')
+    assert seg.pos_embed is None and seg.pe_setting == 'rope_axial'
+    assert seg(torch.randn(1, 3, 32, 48))[0].shape == (1, 64, 4, 6)

@@ -30,7 +30,7 @@ from ..layers.pe_join import resolve_pe_join
 from ..layers.pe_plan import PEPlan, QKFn
 from ..layers.pos_embed import (ROTARY_PE_TYPES, build_1d_sincos,
                                 build_2d_sincos, check_pe_setting,
-                                resize_pos_embed)
+                                pe_setting_name, resize_pos_embed)
 from ..layers.rope import rotary_qk
 from ..layers.tokenizers import PatchEmbed, tokens_to_map
 from .base import LaPEBackbone, parse_out_indices
@@ -412,7 +412,7 @@ class LaPEViT(LaPEBackbone):
                 tensors.extend(pe_norm.parameters())
             if blk.attn.rel_pos_grid is not None:
                 tensors.append(blk.attn.relative_position_bias_table)
-            if blk.attn.rope_type is not None:
+            if blk.attn.rope_type == 'rope_mixed':
                 tensors.append(blk.attn.rope_freqs)
         return tensors
 
@@ -453,6 +453,12 @@ class LaPEViT(LaPEBackbone):
         ]
         maps = [rotary_qk(cos, sin) for cos, sin in tables]
         return maps * (self.num_layers // len(maps))
+
+    @property
+    def pe_setting(self) -> str:
+        """``pe_type``, or ``'{pe_type}+{ape_type}'`` with an absolute PE
+        beside a rotary one (``pos_embed.pe_setting_name``)."""
+        return pe_setting_name(self.pe_type, self.ape_type)
 
     def train(self, mode: bool = True) -> 'LaPEViT':
         super().train(mode)

@@ -37,7 +37,8 @@ from .ffn import Mlp
 from .parts import build_part
 from .pe_add import add_attn_pe
 from .pe_plan import LayerPE, QKFn
-from .rope import ROPE_THETAS, check_rope_type, init_rope_freqs, rotary_tables
+from .rope import (ROPE_THETAS, axial_freqs, check_rope_type, init_mixed_freqs,
+                   rope_magnitudes, rotary_tables)
 
 __all__ = [
     'Attention', 'Mlp', 'TransformerBlock', 'relative_position_index',
@@ -82,10 +83,12 @@ class Attention(nn.Module):
         proj_bias (bool): Bias of the output projection (mmseg's ViT has
             none without a qkv bias). Defaults to True.
         rope_type (str, optional): ``'rope_axial'`` or ``'rope_mixed'``:
-            this layer's frequencies of a rotary PE, ``rope_freqs``
-            ``(2, heads, head_dims / 2)``, a buffer (axial) or a parameter
-            (mixed; see :mod:`~mmlape.models.layers.rope`). The plan rotates
-            the queries and keys with them (``qk``). Defaults to None.
+            this layer's frequencies of a rotary PE
+            (:meth:`rope_frequencies`, ``(2, heads, head_dims / 2)``): fixed
+            and computed from ``rope_theta`` (axial), or the parameter
+            ``rope_freqs`` (mixed; see :mod:`~mmlape.models.layers.rope`).
+            The plan rotates the queries and keys with them (``qk``).
+            Defaults to None.
         rope_theta (float, optional): The rotary ``theta``. Defaults to the
             type's (:data:`~mmlape.models.layers.rope.ROPE_THETAS`).
 
@@ -135,12 +138,11 @@ class Attention(nn.Module):
         if rope_type is not None:
             self.rope_theta = float(ROPE_THETAS[rope_type] if rope_theta is
                                     None else rope_theta)
-            freqs = torch.zeros(2, num_heads, self.head_dims // 2)
-            init_rope_freqs(freqs, rope_type, self.rope_theta)
-            if rope_type == 'rope_mixed':
-                self.rope_freqs = nn.Parameter(freqs)
-            else:  # fixed: rebuilt, not saved
-                self.register_buffer('rope_freqs', freqs, persistent=False)
+            rope_magnitudes(self.head_dims, self.rope_theta)  # checks dims
+        if rope_type == 'rope_mixed':
+            self.rope_freqs = nn.Parameter(
+                torch.zeros(2, num_heads, self.head_dims // 2))
+            init_mixed_freqs(self.rope_freqs, self.rope_theta)
 
     def relative_bias(self) -> Tensor:
         """This layer's relative bias, shape ``(heads, N, N)``."""
@@ -149,12 +151,21 @@ class Attention(nn.Module):
         bias = table[self.relative_position_index.reshape(-1)]
         return bias.reshape(n, n, -1).permute(2, 0, 1)
 
+    def rope_frequencies(self) -> Tensor:
+        """This layer's rotary frequencies ``(2, heads, head_dims / 2)``:
+        the parameter ``rope_freqs`` (mixed), or the fixed axial ones,
+        computed (they are no state: nothing to save or count)."""
+        if self.rope_type == 'rope_mixed':
+            return self.rope_freqs
+        return axial_freqs(self.head_dims, self.num_heads,
+                           self.rope_theta).to(self.qkv.weight.device)
+
     def rotary_tables(self, grid_hw: Sequence[int],
                       num_extra_tokens: int) -> Tuple[Tensor, Tensor]:
         """This layer's rotary ``cos`` and ``sin`` on the grid ``grid_hw``
         (see :func:`~mmlape.models.layers.rope.rotary_tables`); the axial
         ones, the same in every head, for one head (broadcast)."""
-        freqs = self.rope_freqs
+        freqs = self.rope_frequencies()
         if self.rope_type == 'rope_axial':
             freqs = freqs[:, :1]
         return rotary_tables(freqs, grid_hw, num_extra_tokens)

@@ -18,8 +18,9 @@ from torch import Tensor
 
 __all__ = [
     'ABSOLUTE_PE_TYPES', 'PE_TYPES', 'PEType', 'ROTARY_PE_TYPES',
-    'check_pe_setting', 'pe_settings', 'pe_setting_name', 'parse_pe_setting',
-    'build_1d_sincos', 'build_2d_sincos', 'resize_pos_embed'
+    'check_pe_setting', 'join_pe_type', 'pe_settings', 'pe_setting_name',
+    'parse_pe_setting', 'build_1d_sincos', 'build_2d_sincos',
+    'resize_pos_embed'
 ]
 
 #: Position-embedding types a backbone accepts (``pe_type=...``): the one
@@ -105,6 +106,19 @@ def parse_pe_setting(name: str) -> Dict[str, Optional[str]]:
                          f'{list(pe_settings())}')
     pe_type, _, ape_type = name.partition(_SETTING_SEP)
     return dict(pe_type=pe_type, ape_type=ape_type or None)
+
+
+def join_pe_type(name: str) -> str:
+    """The PE type the joins of a setting act on (what
+    :meth:`~mmlape.models.layers.BasePEJoin.fits` takes): the absolute one
+    beside a rotary PE, else the setting's ``pe_type``.
+
+    Example:
+        >>> join_pe_type('rope_mixed+learnable'), join_pe_type('rope_mixed')
+        ('learnable', 'rope_mixed')
+    """
+    setting = parse_pe_setting(name)
+    return setting['ape_type'] or setting['pe_type']
 
 
 #: Interpolation modes :func:`resize_pos_embed` accepts.

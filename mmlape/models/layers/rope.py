@@ -14,13 +14,14 @@ keys of each head are split into ``head_dims / 2`` channel pairs, and pair
 ``j`` of the patch in column ``x`` and row ``y`` is rotated by the angle
 ``x * fx[j] + y * fy[j]``, so that the logit of two patches depends on
 their offset only. The frequencies ``(fx, fy)`` of one layer are a
-``(2, heads, head_dims / 2)`` tensor, ``blocks.{l}.attn.rope_freqs``:
+``(2, heads, head_dims / 2)`` tensor (``Attention.rope_frequencies``):
 
 - ``rope_axial``: fixed and the same in every layer and head: the first
   ``head_dims / 4`` pairs turn with the column, ``fx[j] = theta^(-j / m)``
   (``m = head_dims / 4``, ``theta = 100``), the others with the row
-  (``fy[m + j] = theta^(-j / m)``); a buffer, not saved.
-- ``rope_mixed``: learnable per layer and head, each head's pairs starting
+  (``fy[m + j] = theta^(-j / m)``); computed, not stored.
+- ``rope_mixed``: learnable per layer and head
+  (``blocks.{l}.attn.rope_freqs``), each head's pairs starting
   as the magnitudes ``theta^(-j / m)`` (``theta = 10``) along a direction of
   random angle ``a`` (and ``a + pi / 2`` for the second half of the pairs):
   ``(fx, fy) = |f| (cos a, sin a)``.
@@ -38,7 +39,7 @@ from .pe_plan import QKFn
 
 __all__ = [
     'ROPE_THETAS', 'rope_magnitudes', 'axial_freqs', 'mixed_freqs',
-    'init_rope_freqs', 'rotary_tables', 'rotate_pairs', 'apply_rotary',
+    'init_mixed_freqs', 'rotary_tables', 'rotate_pairs', 'apply_rotary',
     'rotary_qk'
 ]
 
@@ -92,18 +93,14 @@ def mixed_freqs(head_dims: int, num_heads: int, theta: float,
     return torch.stack([fx, fy])
 
 
-def init_rope_freqs(freqs: Tensor, rope_type: str, theta: float) -> None:
-    """Fill one layer's ``(2, heads, head_dims / 2)`` frequencies in place:
-    the axial ones, or the mixed ones along angles uniform in
-    ``[0, 2 pi)``, drawn per head (the paper's initialisation)."""
+def init_mixed_freqs(freqs: Tensor, theta: float) -> None:
+    """Fill one layer's RoPE-Mixed frequencies ``(2, heads, head_dims / 2)``
+    in place, along angles uniform in ``[0, 2 pi)`` drawn per head (the
+    paper's initialisation)."""
     _, heads, half = freqs.shape
-    if rope_type == 'rope_axial':
-        value = axial_freqs(2 * half, heads, theta)
-    else:
-        angles = torch.rand(heads) * 2 * math.pi
-        value = mixed_freqs(2 * half, heads, theta, angles)
+    angles = torch.rand(heads) * 2 * math.pi
     with torch.no_grad():
-        freqs.copy_(value)
+        freqs.copy_(mixed_freqs(2 * half, heads, theta, angles))
 
 
 def rotary_tables(freqs: Tensor,
