@@ -347,6 +347,14 @@ def test_blocks_that_take_no_qk_map_refuse_such_a_join(rotary_join):
         tiny('ToyRotary', window_size=2, with_cls_token=False)
 
 
+def test_a_rotary_pe_refuses_a_join_that_maps_queries_and_keys(rotary_join):
+    with pytest.raises(
+            ValueError,
+            match=r"pe_join.type='ToyRotary' maps the queries "
+            r"and keys itself, and so does pe_type='rope_mixed'"):
+        tiny('ToyRotary', pe_type='rope_mixed', ape_type='learnable')
+
+
 def test_one_resolver_for_every_way_to_name_a_join():
     from mmlape.models.layers import DefaultJoin, LaPEJoin, resolve_pe_join
     for cfg in (None, 'Default', 'default', DefaultJoin,

@@ -93,9 +93,9 @@ class LaPEViT(LaPEBackbone):
             Defaults to ``Default``.
         pe_type (str, optional): ``learnable``, ``sincos1d``, ``sincos2d``,
             ``relative``, or a rotary PE, ``rope_axial`` or ``rope_mixed``
-            (:mod:`~mmlape.models.layers.rope`; the frequencies are
-            ``blocks.{i}.attn.rope_freqs``, the class token is not
-            rotated). Defaults to ``learnable``.
+            (:mod:`~mmlape.models.layers.rope`; RoPE-Mixed's learned
+            frequencies are ``blocks.{i}.attn.rope_freqs``; the class token
+            is not rotated). Defaults to ``learnable``.
         ape_type (str, optional): With a rotary ``pe_type``, an absolute PE
             beside it (``learnable``, ``sincos1d`` or ``sincos2d``, stored
             as ``pos_embed``); the join acts on it. Defaults to None (the
