@@ -127,6 +127,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=_csv(join_names()),
         default=join_names(),
         help='joins to measure (default: every registered join)')
+    from mmlape.models.layers.pos_embed import pe_settings
+    parser.add_argument(
+        '--pe',
+        choices=pe_settings(),
+        default=None,
+        help='PE setting of the deit section\'s models, e.g. rope_mixed or '
+        'rope_mixed+learnable: the joins of --joins that fit it, without '
+        'the reference models (default: DeiT\'s learnable PE)')
     parser.add_argument(
         '--archs',
         type=_csv(('tiny', 'base')),

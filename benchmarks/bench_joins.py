@@ -9,7 +9,12 @@ Timings are interleaved across models, round by round, and the fastest
 round counts (see ``timing.py``); ratios are against mmlape's default join
 measured in the same run.
 
-The joins are those registered that fit the model (``PE_JOINS``). Targets:
+The joins are those registered that fit the model (``PE_JOINS``); ``--pe``
+times them in another PE setting (``pos_embed.pe_settings``: any
+``pe_type``, or a rotary one beside an absolute PE, e.g.
+``rope_mixed+learnable``), the joins that fit it, against the default join
+in the same setting (mmpretrain's ViT is timed with the arch's own PE
+only). Targets:
 every join that is not a baseline (LaPE, PVG, MPVG) train <= 1.03x and eval
 <= 1.01x the default join; the default join <= 1.02x mmpretrain's
 VisionTransformer (DeiT-Ti).
@@ -18,6 +23,7 @@ Example:
     python benchmarks/bench_joins.py --batch 8 --rounds 15 --out bench.md
     python benchmarks/bench_joins.py --model t2t-vit-7
     python benchmarks/bench_joins.py --model vit-lite-7/4 --batch 64
+    python benchmarks/bench_joins.py --pe rope_mixed+learnable
     python benchmarks/bench_joins.py --swin   # Swin-Ti (section at the end)
 """
 import argparse
@@ -55,13 +61,26 @@ ARCHS = {
 TARGETS = {'train': 1.03, 'eval': 1.01}
 
 
-def arch_joins(arch, staged=False):
+def pe_kwargs(setting=None):
+    """The backbone arguments of a PE setting (none: the arch's own)."""
+    from mmlape.models.layers.pos_embed import parse_pe_setting
+    if setting is None:
+        return {}
+    return {k: v for k, v in parse_pe_setting(setting).items() if v}
+
+
+def arch_joins(arch, staged=False, setting=None):
     """``{join: extra backbone args}`` of every registered join that fits
-    ``arch`` (a LaPEViT arch, or Swin's with ``staged``)."""
+    ``arch`` (a LaPEViT arch, or Swin's with ``staged``) in the PE
+    ``setting`` (None: the arch's own)."""
     from mmlape.models import LaPEViT
     from mmlape.models.layers import pe_join_classes
-    pe_type = 'learnable' if staged else LaPEViT.arch_zoo[arch].get(
-        'pe_type', 'learnable')
+    from mmlape.models.layers.pos_embed import join_pe_type
+    if setting is not None:
+        pe_type = join_pe_type(setting)
+    else:
+        pe_type = 'learnable' if staged else LaPEViT.arch_zoo[arch].get(
+            'pe_type', 'learnable')
     return {
         name: ({} if cls.allows_cls_token else dict(GAP))
         for name, cls in pe_join_classes().items()
@@ -77,18 +96,20 @@ def targeted(name):
     return cls is not None and not cls.baseline
 
 
-def model_configs(arch):
-    """Backbone configs of every model timed for ``arch``, by name."""
+def model_configs(arch, setting=None):
+    """Backbone configs of every model timed for ``arch`` in the PE
+    ``setting`` (None: the arch's own), by name."""
     spec = ARCHS[arch]
     models = {}
-    if spec['mmpretrain'] is not None:
+    if spec['mmpretrain'] is not None and setting is None:
         models['mmpretrain ViT'] = spec['mmpretrain']
-    for join, extra in arch_joins(arch).items():
+    for join, extra in arch_joins(arch, setting=setting).items():
         models[join] = dict(
             type='LaPEViT',
             arch=arch,
             img_size=spec['size'],
             pe_join=join,
+            **pe_kwargs(setting),
             **extra)
     return models
 
@@ -173,10 +194,19 @@ def main():
         default='wall',
         help='wall time, or the CPU time of this process (with 1 thread: '
         'what other processes on a busy machine do not inflate)')
+    from mmlape.models.layers.pos_embed import pe_settings
+    parser.add_argument(
+        '--pe',
+        choices=pe_settings(),
+        help='the PE setting of every model (default: the arch\'s own), '
+        'e.g. rope_mixed or rope_mixed+learnable')
     parser.add_argument('--out', help='also write the table (markdown)')
     parser.add_argument(
         '--swin', action='store_true', help='time Swin-Ti instead (below)')
     args = parser.parse_args()
+    if args.swin and args.pe:
+        parser.error('--pe does not apply to --swin (Swin-Ti keeps its '
+                     'stage-1 absolute PE)')
     if args.swin:
         return swin_main(args)
     spec = ARCHS[args.model]
@@ -187,7 +217,7 @@ def main():
     target = torch.randint(0, spec['classes'], (batch, ))
     models = {
         name: build(cfg, args.model)
-        for name, cfg in model_configs(args.model).items()
+        for name, cfg in model_configs(args.model, args.pe).items()
     }
 
     def step(model, mode):
@@ -221,9 +251,11 @@ def main():
                                   f'{med[name][mode] / base[mode]:.3f}x > '
                                   f'{limit}x')
     size = spec['size']
-    note = (f'{args.model}, {size}x{size}, batch {batch}, {args.threads} CPU '
-            f'threads, {args.clock} clock, fastest of {args.rounds} '
-            f'interleaved rounds; x = ratio to the default join.')
+    pe = f' (PE: {args.pe})' if args.pe else ''
+    note = (f'{args.model}{pe}, {size}x{size}, batch {batch}, '
+            f'{args.threads} CPU threads, {args.clock} clock, fastest of '
+            f'{args.rounds} interleaved rounds; x = ratio to the default '
+            f'join.')
     if 'mmpretrain ViT' in med:
         ref = med['mmpretrain ViT']
         for mode in ('eval', 'train'):

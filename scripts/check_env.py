@@ -17,7 +17,7 @@ another torch or without CUDA is never installed). Used by
 The versions come from ``requirements/*.txt``, the one place they are
 written (``setup.py`` reads the same files): ``build.txt`` (setuptools),
 ``openmmlab.txt`` (pinned with ``==``), ``runtime.txt`` and ``tests.txt``
-(present in any version).
+(in the version a line pins with ``==``, else in any version).
 """
 import argparse
 import functools

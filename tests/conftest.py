@@ -375,17 +375,32 @@ def build_classifier(backbone: Dict,
 #: A family arch at 64 dims, 2 layers, 2 heads.
 SMALL_FAMILY = dict(
     embed_dims=64, num_layers=2, num_heads=2, feedforward_channels=128)
+
+
+def _vit_pe_settings() -> Dict[str, tuple]:
+    """The tiny ViT in every PE setting (``pos_embed.pe_settings``): each
+    ``pe_type`` and each rotary type beside a learnable PE, read from the
+    type lists, so that a new type is in the suite unedited. The PE type of
+    an entry is the one its joins act on (the absolute one beside a rotary
+    PE)."""
+    from mmlape.models.layers.pos_embed import parse_pe_setting, pe_settings
+    out = {}
+    for setting in pe_settings():
+        args = parse_pe_setting(setting)
+        if args['ape_type'] not in (None, 'learnable'):
+            continue
+        name = 'vit' if setting == 'learnable' else f'vit-{setting}'
+        kwargs = dict(arch='test-tiny', img_size=IMG, patch_size=8)
+        kwargs.update((k, v) for k, v in args.items() if v)
+        if setting == 'relative':
+            kwargs['out_type'] = 'raw'
+        out[name] = ('LaPEViT', args['ape_type'] or args['pe_type'], kwargs)
+    return out
+
+
 #: The tiny backbones: name -> (class name, PE type, build arguments).
 TINY_BACKBONES = {
-    'vit': ('LaPEViT', 'learnable',
-            dict(arch='test-tiny', img_size=IMG, patch_size=8)),
-    'vit-relative': ('LaPEViT', 'relative',
-                     dict(
-                         arch='test-tiny',
-                         img_size=IMG,
-                         patch_size=8,
-                         pe_type='relative',
-                         out_type='raw')),
+    **_vit_pe_settings(),
     't2t-vit': ('LaPEViT', 'sincos1d', dict(arch='t2t-vit-7', img_size=64)),
     'vit-featmap': ('LaPEViT', 'learnable',
                     dict(

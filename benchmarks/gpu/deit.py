@@ -29,21 +29,31 @@ def matmul_peak(bench: Bench) -> float:
 
 
 def deit_models(bench: Bench, arch: str) -> Dict[str, Callable[[], nn.Module]]:
-    """Builders of the models compared at one DeiT size."""
+    """Builders of the models compared at one DeiT size: the joins of
+    ``--joins`` that fit the PE setting ``--pe`` and, in DeiT's own
+    setting, mmpretrain's and timm's ViT."""
     from mmlape.models import LaPEViT
+    from mmlape.models.layers.pos_embed import join_pe_type, parse_pe_setting
     img = 32 if bench.tiny else 224
     mm_arch = TINY_ARCH if bench.tiny else f'deit-{arch}'
     dims = (TINY_ARCH
             if bench.tiny else LaPEViT.arch_zoo[mm_arch])['embed_dims']
+    setting = getattr(bench.args, 'pe', None) or 'learnable'
+    pe = {k: v for k, v in parse_pe_setting(setting).items() if v}
     builders = {}
     for join in bench.args.joins:
+        if not join_class(join).fits(join_pe_type(setting)):
+            continue
         gap = {} if join_class(join).allows_cls_token else GAP
 
         def build(join=join, gap=gap):
             return Classifier(
-                LaPEViT(mm_arch, img_size=img, pe_join=join, **gap), dims)
+                LaPEViT(mm_arch, img_size=img, pe_join=join, **pe, **gap),
+                dims)
 
         builders[join] = build
+    if setting != 'learnable':
+        return builders
 
     def mmpretrain_vit():
         from mmpretrain.models import VisionTransformer

@@ -2,10 +2,11 @@
 # the official DeiT/LaPE recipe (docs/recipes.md lists every setting and its
 # source): 300 epochs, batch 1024 (4 GPUs x 256) with repeated augmentation
 # (3 repeats), AdamW lr 5e-4 * 1024 / 512, weight decay 0.05 except on 1-D
-# parameters (norms, PE norms, biases), the PE and the class token, no
-# gradient clipping, per-epoch cosine to 1e-5 with 5 warm-up epochs from
-# 1e-6, label smoothing 0.1, Mixup 0.8 / CutMix 1.0, RandAugment m9 mstd 0.5,
-# random erasing 0.25, drop path 0.1, classifier trunc_normal(0.02).
+# parameters (norms, PE norms, biases), the PE (a rotary PE's frequencies,
+# rope_freqs, too) and the class token, no gradient clipping, per-epoch
+# cosine to 1e-5 with 5 warm-up epochs from 1e-6, label smoothing 0.1, Mixup
+# 0.8 / CutMix 1.0, RandAugment m9 mstd 0.5, random erasing 0.25, drop path
+# 0.1, classifier trunc_normal(0.02).
 # The official code trains under autocast: on GPUs pass --amp.
 _base_ = 'mmpretrain::deit/deit-tiny_4xb256_in1k.py'
 
@@ -54,6 +55,7 @@ optim_wrapper = dict(
         custom_keys={
             '.cls_token': dict(decay_mult=0.0),
             '.pos_embed': dict(decay_mult=0.0),
+            '.rope_freqs': dict(decay_mult=0.0),
         }),
     clip_grad=None)
 

@@ -5,7 +5,7 @@ checkpoint; a checkpoint that does not fit the config is refused with a
 message that says how (missing, unexpected, mismatched keys).
 """
 import importlib
-from typing import Tuple
+from typing import Tuple, Union
 
 import torch
 from mmengine.config import Config
@@ -17,14 +17,19 @@ from mmlape.apis import (UsageError, check_checkpoint_fits,
 __all__ = ['build_from_config', 'load_backbone']
 
 
-def build_from_config(config: str) -> Tuple[torch.nn.Module, Config]:
-    """Build the model of ``config`` (in its ``default_scope``)."""
+def build_from_config(
+        config: Union[str, Config]) -> Tuple[torch.nn.Module, Config]:
+    """Build the model of ``config`` (a path, or a read ``Config``, e.g.
+    one a tool has edited), in its ``default_scope``."""
     import os.path as osp
 
     import mmlape  # noqa: F401
-    if not osp.isfile(config):
+    if isinstance(config, Config):
+        cfg = config
+    elif not osp.isfile(config):
         raise UsageError(f'config file "{config}" does not exist')
-    cfg = Config.fromfile(config)
+    else:
+        cfg = Config.fromfile(config)
     scope = register_scope_modules(cfg)
     registry = importlib.import_module(f'{scope}.registry').MODELS
     model_cfg = cfg.model.copy()

@@ -38,10 +38,28 @@ def load(path):
     return cfg, scope
 
 
+#: The rotary DeiT configs: name part -> the backbone's PE setting.
+ROTARY = {
+    '-rope-mixed-ape': 'rope_mixed+learnable',
+    '-rope-mixed': 'rope_mixed'
+}
+
+
+def pe_setting_of(path):
+    name = osp.basename(path)
+    return next(
+        (v for k, v in ROTARY.items() if f'{k}_' in name or f'{k}-' in name),
+        None)
+
+
 def test_configs_exist():
     names = {osp.relpath(p, ROOT) for p in CONFIGS}
     for arch in ('tiny', 'small', 'base'):
         for suffix in ('', '-lape', '-pvg', '-mpvg'):
+            assert f'configs/deit/deit-{arch}{suffix}_4xb256_in1k.py' in names
+    for arch in ('tiny', 'small'):
+        for suffix in ('-rope-mixed', '-rope-mixed-ape',
+                       '-rope-mixed-ape-lape', '-rope-mixed-ape-mpvg'):
             assert f'configs/deit/deit-{arch}{suffix}_4xb256_in1k.py' in names
 
 
@@ -57,6 +75,8 @@ def test_config_builds(path):
     backbone = model.backbone
     assert type(backbone).__name__.startswith(('LaPEViT', 'LaPESwin'))
     assert backbone.pe_join.name == join_of(path)
+    if pe_setting_of(path):
+        assert backbone.pe_setting == pe_setting_of(path)
     if '/vit_adapter/' in path:  # MPVG's last-norm term, reading (b)
         assert backbone.final_norm == (join_of(path) == 'MPVG')
     assert 'mmlape' in cfg.custom_imports['imports']

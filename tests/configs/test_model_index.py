@@ -133,6 +133,26 @@ def test_parameters_match_the_built_backbones_per_family():
     assert upernet['Metadata']['Input Size'] == model_index.DENSE_SIZE
 
 
+def test_position_embedding_is_the_built_backbones():
+    """``Metadata.Position Embedding`` is the built backbone's PE setting
+    (a name of ``pe_settings``), the rotary configs' included."""
+    from mmlape.models.layers.pos_embed import pe_settings
+    by_config = {m['Config']: m for m in MODELS}
+    rotary = {
+        'configs/deit/deit-tiny-rope-mixed_4xb256_in1k.py': 'rope_mixed',
+        'configs/deit/deit-small-rope-mixed-ape-mpvg_4xb256_in1k.py':
+        'rope_mixed+learnable',
+        'configs/demo/deit-demo-rope-mixed_pos-shapes.py': 'rope_mixed',
+    }
+    for config in SAMPLE + tuple(rotary):
+        meta = by_config[config]['Metadata']
+        assert meta['Position Embedding'] == model_index.pe_setting(config)
+        if config in rotary:
+            assert meta['Position Embedding'] == rotary[config]
+    assert {m['Metadata']['Position Embedding']
+            for m in MODELS} <= set(pe_settings()) | {'none'}
+
+
 @pytest.mark.slow
 def test_parameters_and_flops_match_the_built_backbones():
     cache = {}

@@ -80,7 +80,7 @@ PROSE = {
     'pe_join.last_norm', 'end - 1', 'pos_embed', 'level_embed',
     'blocks.{i}.pe_norm', 'norm', 'init_adapter_weights', 'up(c2) + c1',
     'configs/deit', 'tools/convert/to_mmlape.py --family vit',
-    'LaPEViT.get_layer_depth'
+    'LaPEViT.get_layer_depth', 'blocks.{i}.attn.rope_freqs'
 }
 NAMESPACE = {'__builtins__': {}, 'dict': dict, 'range': range}
 
@@ -346,6 +346,15 @@ def official_deit_no_decay(name, param):
             or timm_name in ('pos_embed', 'cls_token'))
 
 
+def official_rope_no_decay(name, param):
+    """timm's ``add_weight_decay`` with its RoPE-ViT models'
+    ``no_weight_decay()`` (``eva.py``: ``pos_embed``, ``cls_token`` and
+    RoPE-Mixed's ``rope.freqs``, which mmlape splits into
+    ``blocks.{i}.attn.rope_freqs``)."""
+    return official_deit_no_decay(name,
+                                  param) or name.endswith('.attn.rope_freqs')
+
+
 def official_detection_no_decay(name, param):
     """mmcv 1.x ``custom_keys`` of the official detection config: a key
     contained in the name sets its decay_mult (0 for all four)."""
@@ -371,6 +380,10 @@ def official_segmentation_group(name, param):
 @pytest.mark.parametrize('config, rule', [
     ('deit/deit-tiny-lape_4xb256_in1k.py', official_deit_no_decay),
     ('deit/deit-tiny-mpvg_4xb256_in1k.py', official_deit_no_decay),
+    ('deit/deit-tiny-rope-mixed-ape-lape_4xb256_in1k.py',
+     official_rope_no_decay),
+    ('deit/deit-small-rope-mixed-ape-mpvg_4xb256_in1k.py',
+     official_rope_no_decay),
     ('vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py',
      official_detection_no_decay),
 ])
@@ -390,6 +403,10 @@ def test_decay_groups_follow_the_official_rule(config, rule):
     assert any('pe_norm' in n for n in names)
     assert all(groups[n]['weight_decay'] == 0 for n in names
                if 'pe_norm' in n or 'last_norm' in n or 'pos_embed' in n)
+    if 'rope' in config:  # the frequencies are there, and not decayed
+        freqs = [n for n in names if n.endswith('rope_freqs')]
+        assert len(freqs) == model.backbone.num_layers
+        assert all(groups[n]['weight_decay'] == 0 for n in freqs)
 
 
 def test_segmentation_groups_follow_the_official_constructor():

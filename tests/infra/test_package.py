@@ -171,10 +171,12 @@ def test_pe_types_defined_once():
     from mmlape.models import LaPEViT
     from mmlape.models.layers import pe_join
     from mmlape.models.layers.pos_embed import (ABSOLUTE_PE_TYPES, PE_TYPES,
-                                                PEType)
+                                                ROTARY_PE_TYPES, PEType)
     assert PE_TYPES == get_args(PEType) == ('learnable', 'sincos1d',
-                                            'sincos2d', 'relative')
+                                            'sincos2d', 'relative',
+                                            'rope_axial', 'rope_mixed')
     assert ABSOLUTE_PE_TYPES == ('learnable', 'sincos1d', 'sincos2d')
+    assert ROTARY_PE_TYPES == ('rope_axial', 'rope_mixed')
     for cls in (pe_join.DefaultJoin, pe_join.ShareJoin, pe_join.UnshareJoin,
                 pe_join.LaPEJoin, pe_join.PVGJoin, pe_join.MPVGJoin):
         assert set(cls.pe_types) <= set(PE_TYPES), cls

@@ -5,6 +5,8 @@ from conftest import IMG, tiny_vit
 from reference import reference_forward, reference_relative_lape
 
 from mmlape.models import LaPEViT, build_pe_join, resize_pos_embed
+from mmlape.models.layers import resolve_pe_join
+from mmlape.models.layers.pos_embed import ABSOLUTE_PE_TYPES, ROTARY_PE_TYPES
 
 
 def tiny(pe_join, with_cls_token=True, out_type='raw', **kwargs):
@@ -40,6 +42,73 @@ def test_join_matches_spec(join, cfg, cls_token, ref_kwargs):
         out = model(img)[0]
         ref = reference_forward(model, img, join, **ref_kwargs)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def peaked(model):
+    """Larger query and key weights: logits far from zero, so that what
+    rotates them shows in the outputs (at DeiT's starting std the softmax
+    of a tiny model is nearly uniform)."""
+    with torch.no_grad():
+        for blk in model.blocks:
+            blk.attn.qkv.weight.normal_(0, 0.3)
+    return model
+
+
+#: Rotary PEs with an absolute PE beside them (``ape_type``), from the
+#: type lists: each rotary type beside each absolute type.
+ROTARY_APE = [(r, a) for r in ROTARY_PE_TYPES for a in ABSOLUTE_PE_TYPES]
+
+
+@pytest.mark.parametrize('pe_type,ape_type,join,cfg,cls_token,ref_kwargs', [
+    pytest.param(r, a, *case, id=f'{r}+{a}-{case[0]}-{i}')
+    for r, a in ROTARY_APE
+    for i, case in enumerate(CASES) if resolve_pe_join(case[1])[0].fits(a)
+])
+def test_join_on_a_rotary_model_acts_on_its_absolute_pe(
+        pe_type, ape_type, join, cfg, cls_token, ref_kwargs):
+    """Every join beside a rotary PE is its reference equation applied to
+    the absolute PE (``pos_embed``), the rotation in every layer's
+    attention."""
+    torch.manual_seed(0)
+    model = peaked(
+        tiny(
+            cfg, with_cls_token=cls_token, pe_type=pe_type, ape_type=ape_type))
+    assert model.pe_join.pe_type == ape_type
+    img = torch.randn(2, 3, IMG, IMG)
+    with torch.no_grad():
+        out = model(img)[0]
+        ref = reference_forward(model, img, join, **ref_kwargs)
+        # (peaked logits: float32 rounding grows to ~1e-5)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        model.rope_type = None  # the reference without the rotation
+        assert not torch.allclose(
+            out, reference_forward(model, img, join, **ref_kwargs), atol=1e-2)
+
+
+@pytest.mark.parametrize('pe_type', ROTARY_PE_TYPES)
+def test_rotary_pe_alone_refuses_a_join_that_needs_an_absolute_one(pe_type):
+    """With a rotary PE alone, a join that acts on a PE is refused in one
+    line naming the join and the PE type; the default join takes it."""
+    from mmlape.models.layers import pe_join_classes
+    needs = [n for n, c in pe_join_classes().items() if not c.fits(pe_type)]
+    assert set(needs) >= {'Share', 'Unshare', 'LaPE', 'PVG', 'MPVG'}
+    for name in needs:
+        cls_token = pe_join_classes()[name].allows_cls_token
+        with pytest.raises(ValueError) as err:
+            tiny(name, with_cls_token=cls_token, pe_type=pe_type)
+        message = str(err.value)
+        assert '\n' not in message
+        assert f"pe_join.type={name!r}" in message, message
+        assert f"pe_type={pe_type!r}" in message, message
+        assert "ape_type='learnable'" in message, message
+    model = peaked(tiny('Default', pe_type=pe_type))
+    img = torch.randn(2, 3, IMG, IMG)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(img)[0],
+            reference_forward(model, img, 'default'),
+            rtol=1e-4,
+            atol=1e-4)
 
 
 def test_joins_differ_from_each_other():
@@ -276,6 +345,14 @@ def test_a_join_that_maps_queries_and_keys_needs_no_library_edit(rotary_join):
 def test_blocks_that_take_no_qk_map_refuse_such_a_join(rotary_join):
     with pytest.raises(ValueError, match=r"adds \['qk'\]"):
         tiny('ToyRotary', window_size=2, with_cls_token=False)
+
+
+def test_a_rotary_pe_refuses_a_join_that_maps_queries_and_keys(rotary_join):
+    with pytest.raises(
+            ValueError,
+            match=r"pe_join.type='ToyRotary' maps the queries "
+            r"and keys itself, and so does pe_type='rope_mixed'"):
+        tiny('ToyRotary', pe_type='rope_mixed', ape_type='learnable')
 
 
 def test_one_resolver_for_every_way_to_name_a_join():

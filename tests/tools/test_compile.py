@@ -194,6 +194,47 @@ def test_dense_model_compiles_blocks_and_survives_new_sizes(fresh_dynamo):
     assert counts[3] - counts[0] < counts[0], counts  # blocks only again
 
 
+@pytest.mark.parametrize('join, pe_type, ape_type',
+                         [('LaPE', 'rope_mixed', 'learnable'),
+                          ('Default', 'rope_axial', None)])
+def test_rotary_model_compiled_by_block_compiles_once(fresh_dynamo, join,
+                                                      pe_type, ape_type):
+    """A rotary PE reaches each compiled block as a q/k map made anew by
+    every training step's plan: the second and later steps of one size
+    compile no new graph (in training and in evaluation), and the outputs
+    equal eager's."""
+    from conftest import tiny_vit
+    torch.manual_seed(0)
+    backbone = tiny_vit(
+        join, pe_type=pe_type, ape_type=ape_type, drop_path_rate=0.1)
+    reference = copy.deepcopy(backbone)
+    runner, _ = fake_runner(Wrapper(backbone), 'mmseg')
+    CompileHook(backend='eager').before_run(runner)
+    assert backbone.blocks[0]._compiled_call_impl is not None
+    counts = []
+    for step in range(3):
+        outs = []
+        for net in (backbone, reference):
+            torch.manual_seed(step)  # the same input and drop paths
+            img = torch.randn(2, 3, 32, 32)
+            net.train()
+            out = net(img)[0]
+            out.sum().backward()
+            outs.append(out)
+        torch.testing.assert_close(*outs)
+        counts.append(graph_count())
+    for _ in range(2):
+        backbone.eval()
+        with torch.no_grad():
+            backbone(img)
+        counts.append(graph_count())
+    assert counts[0] == counts[1] == counts[2], counts
+    assert counts[3] == counts[4], counts
+    for (name, p), q in zip(backbone.named_parameters(),
+                            reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
 @pytest.mark.slow
 def test_inductor_on_cpu_equals_eager(fresh_dynamo):
     """The one test of the real compiler: a tiny LaPE ViT compiled by

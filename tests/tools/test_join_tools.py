@@ -147,3 +147,41 @@ def test_a_new_join_reaches_the_benchmarks(toy_join):
 def test_the_toy_join_is_gone_after_its_test():
     assert 'Toy' not in pe_join_names()
     assert 'Toy' not in bench_gpu.parse_args([]).joins
+
+
+def test_every_pe_setting_reaches_the_tools(capsys):
+    """The PE settings (every ``pe_type``, each rotary type beside each
+    absolute PE) come from the type lists: complexity.py, bench_joins and
+    bench_gpu measure each with the joins that fit it, unedited; a rotary
+    PE alone takes the default join only."""
+    from mmlape.models.layers.pos_embed import (join_pe_type, parse_pe_setting,
+                                                pe_settings)
+    joins = pe_join_classes()
+    for setting in pe_settings():
+        fit = [n for n, c in joins.items() if c.fits(join_pe_type(setting))]
+        assert [j for j, _ in complexity.arch_joins('deit-tiny', setting)
+                ] == fit, setting
+        configs = bench_joins.model_configs('deit-tiny', setting)
+        assert list(configs) == fit, setting
+        pe = {k: v for k, v in parse_pe_setting(setting).items() if v}
+        assert all({k: c[k]
+                    for k in pe} == pe for c in configs.values()), setting
+        if setting.startswith('rope_') and '+' not in setting:
+            assert fit == ['Default']
+    assert 'mmpretrain ViT' in bench_joins.model_configs('deit-tiny')
+    assert complexity.main([
+        '--archs', 'test-tiny', 'swin-tiny', '--pe', 'rope_mixed',
+        'rope_axial+sincos2d'
+    ]) == 0
+    out = capsys.readouterr().out
+    labels = [ln.split('|')[1:3] for ln in out.splitlines()]
+    assert [' test-tiny rope_mixed ', ' Default '] in labels
+    assert [' test-tiny rope_axial+sincos2d ', ' MPVG '] in labels
+    assert not any('swin' in label for label, _ in labels)  # its own PE
+    args = bench_gpu.parse_args(
+        ['--device', 'cpu', '--tiny', '--pe', 'rope_mixed'])
+    models = deit_models(Bench(args), 'tiny')
+    assert list(models) == ['Default']  # no reference model either
+    model = models['Default']()
+    assert model.backbone.pe_setting == 'rope_mixed'
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 1000)

@@ -18,15 +18,22 @@ norm on, as its configs. FLOPs are counted by
 sampling inside ViT-Adapter's deformable attention (mmcv's CPU path) is not
 counted.
 
+``--pe`` measures the ViT-family rows in other PE settings
+(``mmlape.models.layers.pos_embed.pe_settings``: every ``pe_type``, and
+each rotary one beside each absolute PE, e.g. ``rope_mixed+learnable``),
+each with the joins that fit it; Swin keeps its own absolute PE.
+
 Example:
     python tools/analysis/complexity.py --out complexity.md
     python tools/analysis/complexity.py --archs deit-tiny vit-adapter-tiny
     python tools/analysis/complexity.py --archs t2t-vit-7 cct-7/3x1
+    python tools/analysis/complexity.py --archs deit-tiny \
+        --pe learnable rope_mixed rope_mixed+learnable
 """
 import argparse
 import os.path as osp
 import sys
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -114,14 +121,29 @@ ARCHS = {
 DEFAULT_ARCHS = [a for a in ARCHS if a != 'test-tiny']
 
 
-def arch_joins(arch: str) -> List[Tuple[str, dict]]:
+def setting_kwargs(setting: Optional[str]) -> dict:
+    """The backbone arguments of a PE setting (none for the arch's own)."""
+    from mmlape.models.layers.pos_embed import parse_pe_setting
+    if setting is None:
+        return {}
+    return {k: v for k, v in parse_pe_setting(setting).items() if v}
+
+
+def arch_joins(arch: str,
+               setting: Optional[str] = None) -> List[Tuple[str, dict]]:
     """``(join, extra backbone kwargs)`` of every join measured for
-    ``arch``, read from the join registry when called."""
+    ``arch`` in the PE ``setting`` (None: the arch's own), read from the
+    join registry when called: the joins that fit the PE they act on (the
+    absolute one beside a rotary PE)."""
     from mmlape.models import LaPEViT
     from mmlape.models.layers import pe_join_classes
+    from mmlape.models.layers.pos_embed import join_pe_type
     spec = ARCHS[arch]
     zoo = LaPEViT.arch_zoo.get(spec.kwargs.get('arch'), {})
-    pe_type = spec.kwargs.get('pe_type', zoo.get('pe_type', 'learnable'))
+    if setting is None:
+        pe_type = spec.kwargs.get('pe_type', zoo.get('pe_type', 'learnable'))
+    else:
+        pe_type = join_pe_type(setting)
     out = []
     for name, cls in pe_join_classes(spec.joins == 'configs').items():
         if not cls.fits(pe_type, spec.staged):
@@ -157,7 +179,9 @@ def measure(builder, kwargs, size, flops=True):
     return params.paper, n_flops
 
 
-def table(archs):
+def table(archs, settings: Optional[Sequence[str]] = None):
+    """The markdown table; with ``settings`` (PE setting names), the rows
+    of every arch but Swin once per setting, labelled with it."""
     rows = [
         '| architecture | join | input | params (M) | GFLOPs | '
         'params vs default | learnable (M) | fixed |',
@@ -165,16 +189,22 @@ def table(archs):
     ]
     for arch in archs:
         builder, base, size = ARCHS[arch][:3]
-        ref = None
-        for join, extra in arch_joins(arch):
-            kwargs = dict(base, pe_join=join, **extra)
-            count, flops = measure_counts(builder, kwargs, size)
-            params = count.paper
-            ref = params if ref is None else ref
-            rows.append(f'| {arch} | {join} | {size}x{size} | '
-                        f'{params / 1e6:.3f} | {flops / 1e9:.3f} | '
-                        f'{params - ref:+,d} | '
-                        f'{count.learnable / 1e6:.3f} | {count.fixed:,d} |')
+        for setting in settings or [None]:
+            if setting is not None and ARCHS[arch].staged:
+                continue  # Swin: its stage-1 absolute PE only
+            label = arch if setting is None else f'{arch} {setting}'
+            ref = None
+            for join, extra in arch_joins(arch, setting):
+                kwargs = dict(
+                    base, pe_join=join, **setting_kwargs(setting), **extra)
+                count, flops = measure_counts(builder, kwargs, size)
+                params = count.paper
+                ref = params if ref is None else ref
+                rows.append(f'| {label} | {join} | {size}x{size} | '
+                            f'{params / 1e6:.3f} | {flops / 1e9:.3f} | '
+                            f'{params - ref:+,d} | '
+                            f'{count.learnable / 1e6:.3f} | '
+                            f'{count.fixed:,d} |')
     return '\n'.join(rows)
 
 
@@ -182,9 +212,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument(
         '--archs', nargs='+', default=DEFAULT_ARCHS, choices=list(ARCHS))
+    from mmlape.models.layers.pos_embed import pe_settings
+    parser.add_argument(
+        '--pe',
+        nargs='+',
+        metavar='SETTING',
+        choices=pe_settings(),
+        help='measure the ViT-family rows in these PE settings: '
+        f'{", ".join(pe_settings())} (default: each arch\'s own)')
     parser.add_argument('--out', help='also write the table to this file')
     args = parser.parse_args(argv)
-    text = table(args.archs)
+    text = table(args.archs, args.pe)
     print(text)
     if args.out:
         with open(args.out, 'w') as f:

@@ -20,6 +20,11 @@ segmentation), the same sizes as complexity.py's table. The bilinear
 sampling inside ViT-Adapter's deformable attention is not counted (see
 complexity.py).
 
+``Position Embedding`` is the built backbone's PE setting
+(``pe_setting``: a ``pe_type``, ``'{rotary}+{absolute}'`` for a rotary PE
+with an absolute one beside it, ``'none'``), so that the index can be
+searched by PE.
+
 Results are the papers' PUBLISHED numbers, given only where a paper reports
 a number for exactly that config; each result carries ``Published: true``
 and the table it comes from. mmlape releases no weights and has not
@@ -147,8 +152,10 @@ HEADER = """\
 # 2 FLOPs). Parameters are counted as the papers count them: fixed weights
 # that the official code stores as frozen parameters are included
 # (Learnable Parameters leaves them out); a classifier's Model Parameters
-# adds its head, as the papers' tables do. Default Scope: the host library
-# that builds the config (mmpretrain's model hub lists those of mmpretrain).
+# adds its head, as the papers' tables do. Position Embedding: the
+# backbone's PE (pe_type; rotary+absolute for a rotary PE with an absolute
+# one beside it). Default Scope: the host library that builds the config
+# (mmpretrain's model hub lists those of mmpretrain).
 # Results: the papers' PUBLISHED numbers (Published: true, Source names the
 # table), given only where a paper reports that exact config. mmlape has not
 # reproduced them and releases no weights (Weights: null).
@@ -208,6 +215,20 @@ def count(config: str,
     return params.paper, n_flops, size
 
 
+def pe_setting(config: str, cache: Optional[dict] = None) -> str:
+    """The PE setting of the config's built backbone (its ``pe_setting``,
+    e.g. ``'learnable'``, ``'rope_mixed+learnable'``)."""
+    import mmlape.models as models
+    builder, kwargs, _ = backbone_spec(config)
+    key = ('pe', builder, repr(sorted(kwargs.items())))
+    if cache is None or key not in cache:
+        value = getattr(models, builder)(**kwargs).pe_setting
+        if cache is None:
+            return value
+        cache[key] = value
+    return cache[key]
+
+
 def default_scope(config: str) -> str:
     """The host library that builds the config (its ``default_scope``):
     ``Metadata.Default Scope``, which tells mmpretrain's model hub which
@@ -263,6 +284,7 @@ def metafile(family: str, configs: List[str], cache: dict) -> dict:
         if head is not None:
             meta['Model Parameters'] = params.paper + head
         meta['Input Size'] = size
+        meta['Position Embedding'] = pe_setting(config, cache)
         meta['Default Scope'] = default_scope(config)
         entry = {
             'Name': stem,

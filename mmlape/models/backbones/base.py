@@ -184,6 +184,16 @@ class LaPEBackbone(BaseModule):
     def _init_special_weights(self) -> None:
         """The backbone's own starting values, after the generic pass."""
 
+    @property
+    def pe_setting(self) -> str:
+        """The backbone's PE, as a name of
+        :func:`~mmlape.models.layers.pos_embed.pe_settings` (e.g.
+        ``'learnable'``, ``'rope_mixed+learnable'``), or ``'none'``: the
+        PE its join acts on, when it owns one."""
+        if getattr(self, 'pos_embed', None) is None:
+            return 'none'
+        return self.pe_join.pe_type
+
     # ------------------------------------------------------------------
     # the PE plan
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:

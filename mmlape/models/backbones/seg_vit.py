@@ -85,6 +85,9 @@ class LaPESegViT(LaPEViT):
             ``Default``.
         pe_type (str, optional): See :class:`LaPEViT`. Defaults to
             ``learnable``.
+        ape_type (str, optional): See :class:`LaPEViT`. Defaults to None.
+        rope_theta (float, optional): See :class:`LaPEViT`. Defaults to
+            None.
         cache_pe_plan (bool): See :class:`LaPEViT`. Defaults to True.
         init_cfg (dict, optional): Defaults to None.
 
@@ -137,6 +140,8 @@ class LaPESegViT(LaPEViT):
                  pretrained: Optional[str] = None,
                  pe_join: Union[None, str, Dict] = None,
                  pe_type: Optional[str] = None,
+                 ape_type: Optional[str] = None,
+                 rope_theta: Optional[float] = None,
                  cache_pe_plan: bool = True,
                  init_cfg: Optional[Dict] = None) -> None:
         img_size = host_img_size(img_size)
@@ -160,6 +165,8 @@ class LaPESegViT(LaPEViT):
             patch_bias=patch_bias,
             pe_join=pe_join,
             pe_type=pe_type,
+            ape_type=ape_type,
+            rope_theta=rope_theta,
             with_cls_token=with_cls_token,
             out_type='featmap',
             out_indices=out_indices,

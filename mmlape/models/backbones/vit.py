@@ -2,7 +2,8 @@
 
 References:
     ViT (Dosovitskiy et al., 2021), DeiT (Touvron et al., 2021), LaPE (Yu
-    et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025); mmpretrain's
+    et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025), RoPE-ViT (Heo
+    et al., ECCV 2024) for the rotary PE types; mmpretrain's
     ``VisionTransformer`` (arguments, output types, ``get_layer_depth``);
     T2T-ViT, CeiT, ViT-Lite and CCT and their official code for the other
     archs (:mod:`.vit_arch`).
@@ -26,9 +27,11 @@ from ..checkpoint import VIT, ViTSpec
 from ..layers.block import TransformerBlock
 from ..layers.parts import build_part
 from ..layers.pe_join import resolve_pe_join
-from ..layers.pe_plan import PEPlan
-from ..layers.pos_embed import (PE_TYPES, build_1d_sincos, build_2d_sincos,
-                                resize_pos_embed)
+from ..layers.pe_plan import PEPlan, QKFn
+from ..layers.pos_embed import (ROTARY_PE_TYPES, build_1d_sincos,
+                                build_2d_sincos, check_pe_setting,
+                                pe_setting_name, resize_pos_embed)
+from ..layers.rope import rotary_qk
 from ..layers.tokenizers import PatchEmbed, tokens_to_map
 from .base import LaPEBackbone, parse_out_indices
 from .vit_arch import (VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, block_cfgs,
@@ -88,8 +91,18 @@ class LaPEViT(LaPEBackbone):
             case) or a join class (see
             :func:`~mmlape.models.layers.pe_join.resolve_pe_join`).
             Defaults to ``Default``.
-        pe_type (str, optional): ``learnable``, ``sincos1d``, ``sincos2d``
-            or ``relative``. Defaults to ``learnable``.
+        pe_type (str, optional): ``learnable``, ``sincos1d``, ``sincos2d``,
+            ``relative``, or a rotary PE, ``rope_axial`` or ``rope_mixed``
+            (:mod:`~mmlape.models.layers.rope`; RoPE-Mixed's learned
+            frequencies are ``blocks.{i}.attn.rope_freqs``; the class token
+            is not rotated). Defaults to ``learnable``.
+        ape_type (str, optional): With a rotary ``pe_type``, an absolute PE
+            beside it (``learnable``, ``sincos1d`` or ``sincos2d``, stored
+            as ``pos_embed``); the join acts on it. Defaults to None (the
+            rotary PE alone, which takes no join that needs an absolute
+            PE).
+        rope_theta (float, optional): The rotary PE's ``theta``. Defaults to
+            the type's: 100 (axial), 10 (mixed).
         with_cls_token (bool, optional): Prepend a class token. Defaults to
             True.
         out_type (str, optional): ``'cls_token'`` (B, C), ``'avg_featmap'``
@@ -115,6 +128,9 @@ class LaPEViT(LaPEBackbone):
             (0 = global). Defaults to 0.
         interpolate_mode (str): How the raw PE is resized for another grid.
             Defaults to ``'bicubic'``.
+        interpolate_antialias (bool): Resize it with antialiasing, as
+            timm's ``resample_abs_pos_embed`` does (it matters where the
+            grid shrinks). Defaults to False.
         frozen_stages (int): When positive, freeze the embeddings (patch
             embedding, class token, PE, ``pre_norm``) and the first
             ``frozen_stages`` layers, and with all layers the final norms
@@ -162,7 +178,8 @@ class LaPEViT(LaPEBackbone):
                           'with_cls_token', 'out_type', 'out_indices',
                           'final_norm', 'qkv_bias', 'norm_cfg',
                           'layer_scale_init_value', 'window_size', 'ffn',
-                          'pooling', 'patch_cfg', 'layer_cfgs', 'pre_norm')
+                          'pooling', 'patch_cfg', 'layer_cfgs', 'pre_norm',
+                          'ape_type', 'rope_theta')
     arch_zoo = VIT_ARCH_ZOO
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
     checkpoint_family = VIT
@@ -196,6 +213,9 @@ class LaPEViT(LaPEBackbone):
                  patch_cfg: Optional[Dict] = None,
                  layer_cfgs: Union[None, Dict, Sequence[Dict]] = None,
                  pre_norm: bool = False,
+                 ape_type: Optional[str] = None,
+                 rope_theta: Optional[float] = None,
+                 interpolate_antialias: bool = False,
                  init_cfg: Optional[Dict] = None) -> None:
         super().__init__(cache_pe_plan=cache_pe_plan, init_cfg=init_cfg)
         self.arch_settings = arch = parse_vit_arch(arch, self.arch_zoo)
@@ -210,10 +230,14 @@ class LaPEViT(LaPEBackbone):
         self.img_size = tuple(
             to_2tuple(pick('img_size', img_size, defaults['img_size'])))
         pe_type = pick('pe_type', pe_type, defaults['pe_type'])
-        if pe_type not in PE_TYPES:
-            raise ValueError(f'Unknown pe_type={pe_type!r}; choose one of '
-                             f'{list(PE_TYPES)}')
+        check_pe_setting(pe_type, ape_type, rope_theta)
         self.pe_type = pe_type
+        self.ape_type = ape_type
+        #: The rotary type, or None.
+        self.rope_type = pe_type if pe_type in ROTARY_PE_TYPES else None
+        #: The PE the join acts on: the absolute one beside a rotary PE,
+        #: else ``pe_type`` itself.
+        join_pe_type = ape_type or pe_type
         out_type = pick('out_type', out_type, defaults['out_type'])
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'Unknown out_type={out_type!r}; choose one of '
@@ -227,6 +251,7 @@ class LaPEViT(LaPEBackbone):
         self.num_extra_tokens = 1 if with_cls_token else 0
         self.final_norm = final_norm
         self.interpolate_mode = interpolate_mode
+        self.interpolate_antialias = interpolate_antialias
         self.frozen_stages = frozen_stages
         self.with_cp = with_cp
         norm_cfg = pick('norm_cfg', norm_cfg, defaults['norm_cfg'])
@@ -251,23 +276,27 @@ class LaPEViT(LaPEBackbone):
             num_layers=self.num_layers,
             embed_dims=self.embed_dims,
             with_cls_token=with_cls_token,
-            pe_type=pe_type,
+            pe_type=join_pe_type,
             num_patches=self.num_patches,
             norm_cfg=norm_cfg)
+        if self.rope_type and 'qk' in self.pe_join.attention_terms:
+            raise ValueError(
+                f'pe_join.type={self.pe_join.name!r} maps the queries and '
+                f'keys itself, and so does pe_type={pe_type!r}: choose one')
 
         if with_cls_token:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
         num_rows = self.num_patches + self.num_extra_tokens
-        if pe_type == 'learnable':
+        if join_pe_type == 'learnable':
             self.pos_embed = nn.Parameter(
                 torch.zeros(self.pe_join.num_pos_embeds, num_rows,
                             self.embed_dims))
-        elif pe_type == 'sincos1d':
+        elif join_pe_type == 'sincos1d':
             self.register_buffer(
                 'pos_embed',
                 build_1d_sincos(num_rows, self.embed_dims),
                 persistent=False)
-        elif pe_type == 'sincos2d':
+        elif join_pe_type == 'sincos2d':
             self.register_buffer(
                 'pos_embed',
                 build_2d_sincos(self.grid_size, self.embed_dims,
@@ -281,6 +310,10 @@ class LaPEViT(LaPEBackbone):
             if pre_norm else nn.Identity())
 
         windows = per_layer(window_size, self.num_layers, 'window_size')
+        if any(windows) and self.rope_type:
+            raise ValueError(f'window attention takes no rotary PE '
+                             f'(pe_type={pe_type!r}): its windows do not '
+                             f'map the queries and keys')
         terms = set(self.pe_join.attention_terms) - {'attn'}
         if any(windows) and (with_cls_token or terms):
             raise ValueError(
@@ -307,8 +340,9 @@ class LaPEViT(LaPEBackbone):
                 rel_pos_grid=rel_grid,
                 qk_scale=arch.get('qk_scale'),
                 ffn_cfg=ffn_cfg,
-                norm2_in_residual=arch.get('norm2_in_residual', False))
-            for i in range(self.num_layers)
+                norm2_in_residual=arch.get('norm2_in_residual', False),
+                rope_type=self.rope_type,
+                rope_theta=rope_theta) for i in range(self.num_layers)
         ])
         self.blocks = nn.ModuleList()
         for i, args in enumerate(layer_args):
@@ -378,6 +412,8 @@ class LaPEViT(LaPEBackbone):
                 tensors.extend(pe_norm.parameters())
             if blk.attn.rel_pos_grid is not None:
                 tensors.append(blk.attn.relative_position_bias_table)
+            if blk.attn.rope_type == 'rope_mixed':
+                tensors.append(blk.attn.rope_freqs)
         return tensors
 
     def resized_pos_embed(self, hw: Tuple[int, int]) -> Optional[Tensor]:
@@ -389,7 +425,8 @@ class LaPEViT(LaPEBackbone):
             self.grid_size,
             hw,
             mode=self.interpolate_mode,
-            num_extra_tokens=self.num_extra_tokens)
+            num_extra_tokens=self.num_extra_tokens,
+            antialias=self.interpolate_antialias)
 
     def _build_plan(self, hw: Tuple[int, int]) -> PEPlan:
         rel = None
@@ -400,7 +437,28 @@ class LaPEViT(LaPEBackbone):
                     f' patch grid only; got an input grid of {hw}')
             rel = [blk.attn.relative_bias() for blk in self.blocks]
         pe_norms = [getattr(blk, 'pe_norm', None) for blk in self.blocks]
-        return self.pe_join.plan(self.resized_pos_embed(hw), rel, pe_norms)
+        plan = self.pe_join.plan(self.resized_pos_embed(hw), rel, pe_norms)
+        if self.rope_type is not None:
+            plan.qk = self.rotary_maps(hw)
+        return plan
+
+    def rotary_maps(self, hw: Tuple[int, int]) -> List[QKFn]:
+        """Every layer's rotation of the queries and keys on the grid
+        ``hw`` (the class token not rotated); the fixed axial tables are
+        computed once for all layers."""
+        tables = [
+            blk.attn.rotary_tables(hw, self.num_extra_tokens)
+            for blk in (self.blocks[:1] if self.rope_type ==
+                        'rope_axial' else self.blocks)
+        ]
+        maps = [rotary_qk(cos, sin) for cos, sin in tables]
+        return maps * (self.num_layers // len(maps))
+
+    @property
+    def pe_setting(self) -> str:
+        """``pe_type``, or ``'{pe_type}+{ape_type}'`` with an absolute PE
+        beside a rotary one (``pos_embed.pe_setting_name``)."""
+        return pe_setting_name(self.pe_type, self.ape_type)
 
     def train(self, mode: bool = True) -> 'LaPEViT':
         super().train(mode)

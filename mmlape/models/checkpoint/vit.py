@@ -25,6 +25,7 @@ from torch import Tensor
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
                      check_pe_width, fit_patch_rows, is_square, rename_keys,
                      select_backbone, strip_prefix, table_rules)
+from .eva import convert_eva, is_eva
 from .official_lape import (LAPE_REL_INDEX, LAPE_REL_NORM, PE_NORM_KEY,
                             OfficialRun, backbone_contradictions,
                             backbone_options, check_run_weights,
@@ -170,6 +171,12 @@ def detect_layout(state_dict: Mapping, fmt: Optional[str] = None) -> Layout:
       two cannot be confused for a square grid.
     - Blocks with ``attn.pe_norm`` or a stored ``attn.relative_position_index``
       are the LaPE code's relative PE.
+    - timm's ``Eva`` (the RoPE-ViT models) has ``blocks.{i}.gamma_1`` or
+      ``rope.freqs``.
+    - A timm-named PE of ``k*k`` rows beside a class token has no row for
+      it: timm's ``no_embed_class=True`` (the RoPE-ViT models with an
+      absolute PE, DeiT-III), which adds the PE to the patches only. With a
+      class-token row it has ``k*k + 1`` rows, never a square.
 
     Args:
         state_dict (Mapping): Backbone keys, no prefix.
@@ -201,7 +208,10 @@ def detect_layout(state_dict: Mapping, fmt: Optional[str] = None) -> Layout:
     if 'dist' in tokens:
         return Layout('deit-distilled', 'timm', tokens)
     if fmt == 'timm':
-        return Layout('deit' if tokens else 'timm', fmt, tokens)
+        name = 'eva' if is_eva(state_dict) else 'deit' if tokens else 'timm'
+        if 'cls' in tokens and rows is not None and is_square(rows):
+            tokens = tuple(t for t in tokens if t != 'cls')
+        return Layout(name, fmt, tokens)
     return Layout('mmlape', 'mmlape', tokens)
 
 
@@ -224,12 +234,14 @@ def convert_layout(state_dict: Mapping,
     """A backbone state dict of any known layout in mmlape's names and PE
     layout.
 
-    Keys are renamed (mmpretrain, mmseg, the LaPE code's relative PE), the
-    unshared PEs are stacked, a classifier (``head.*``, ``head_dist.*``) and
+    Keys are renamed (mmpretrain, mmseg, the LaPE code's relative PE,
+    timm's ``Eva``), the unshared PEs are stacked, a classifier
+    (``head.*``, ``head_dist.*``) and
     the distillation token are dropped, a stored fixed sin-cos PE (the LaPE
     code's ``1D_sin``/``2D_sin``) is checked and dropped, and ``pos_embed``
     keeps only a class-token row (when the layout has one) and the patch
-    rows.
+    rows; a class token without a PE row (timm's ``no_embed_class``) gets
+    a zero row, which adds nothing to it as the source adds nothing.
 
     Args:
         state_dict (Mapping): Backbone keys, no prefix.
@@ -255,6 +267,8 @@ def convert_layout(state_dict: Mapping,
         sd = stack_unshared(state_dict)
         if layout.name == 'lape-relative':
             sd = convert_lape_relative(sd, notes)
+        if layout.name == 'eva':
+            sd = convert_eva(sd, notes)
         if layout.naming == 'timm' or pe_type is not None:
             drop_fixed_pe(sd, pe_type, notes)
     dropped = [
@@ -282,6 +296,13 @@ def convert_layout(state_dict: Mapping,
         notes.append(f'pos_embed: dropped the {" and ".join(kinds)} row(s) '
                      f'of the {layout.name} layout ({pe.shape[-2]} -> '
                      f'{len(keep)} rows)')
+    if pe is not None and 'cls_token' in sd and \
+            'cls' not in layout.extra_rows:
+        sd['pos_embed'] = torch.cat(
+            [pe.new_zeros(pe.shape[0], 1, pe.shape[2]), pe], dim=1)
+        notes.append('pos_embed: the source adds no PE to its class token '
+                     '(no class-token row); a zero row was added, which '
+                     'adds nothing to it either')
     return Converted(sd, layout, notes)
 
 

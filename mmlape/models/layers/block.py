@@ -37,6 +37,8 @@ from .ffn import Mlp
 from .parts import build_part
 from .pe_add import add_attn_pe
 from .pe_plan import LayerPE, QKFn
+from .rope import (ROPE_THETAS, axial_freqs, check_rope_type, init_mixed_freqs,
+                   rope_magnitudes, rotary_tables)
 
 __all__ = [
     'Attention', 'Mlp', 'TransformerBlock', 'relative_position_index',
@@ -80,6 +82,15 @@ class Attention(nn.Module):
             (``head_dims ** -0.5``).
         proj_bias (bool): Bias of the output projection (mmseg's ViT has
             none without a qkv bias). Defaults to True.
+        rope_type (str, optional): ``'rope_axial'`` or ``'rope_mixed'``:
+            this layer's frequencies of a rotary PE
+            (:meth:`rope_frequencies`, ``(2, heads, head_dims / 2)``): fixed
+            and computed from ``rope_theta`` (axial), or the parameter
+            ``rope_freqs`` (mixed; see :mod:`~mmlape.models.layers.rope`).
+            The plan rotates the queries and keys with them (``qk``).
+            Defaults to None.
+        rope_theta (float, optional): The rotary ``theta``. Defaults to the
+            type's (:data:`~mmlape.models.layers.rope.ROPE_THETAS`).
 
     Example:
         >>> attn = Attention(64, 2)
@@ -96,7 +107,9 @@ class Attention(nn.Module):
                  window_size: int = 0,
                  rel_pos_grid: Optional[Sequence[int]] = None,
                  qk_scale: Optional[float] = None,
-                 proj_bias: bool = True) -> None:
+                 proj_bias: bool = True,
+                 rope_type: Optional[str] = None,
+                 rope_theta: Optional[float] = None) -> None:
         super().__init__()
         if embed_dims % num_heads:
             raise ValueError(f'num_heads={num_heads} does not divide '
@@ -120,6 +133,16 @@ class Attention(nn.Module):
                 'relative_position_index',
                 relative_position_index(rel_pos_grid),
                 persistent=False)
+        check_rope_type(rope_type)
+        self.rope_type = rope_type
+        if rope_type is not None:
+            self.rope_theta = float(ROPE_THETAS[rope_type] if rope_theta is
+                                    None else rope_theta)
+            rope_magnitudes(self.head_dims, self.rope_theta)  # checks dims
+        if rope_type == 'rope_mixed':
+            self.rope_freqs = nn.Parameter(
+                torch.zeros(2, num_heads, self.head_dims // 2))
+            init_mixed_freqs(self.rope_freqs, self.rope_theta)
 
     def relative_bias(self) -> Tensor:
         """This layer's relative bias, shape ``(heads, N, N)``."""
@@ -127,6 +150,25 @@ class Attention(nn.Module):
         table = self.relative_position_bias_table
         bias = table[self.relative_position_index.reshape(-1)]
         return bias.reshape(n, n, -1).permute(2, 0, 1)
+
+    def rope_frequencies(self) -> Tensor:
+        """This layer's rotary frequencies ``(2, heads, head_dims / 2)``:
+        the parameter ``rope_freqs`` (mixed), or the fixed axial ones,
+        computed (they are no state: nothing to save or count)."""
+        if self.rope_type == 'rope_mixed':
+            return self.rope_freqs
+        return axial_freqs(self.head_dims, self.num_heads,
+                           self.rope_theta).to(self.qkv.weight.device)
+
+    def rotary_tables(self, grid_hw: Sequence[int],
+                      num_extra_tokens: int) -> Tuple[Tensor, Tensor]:
+        """This layer's rotary ``cos`` and ``sin`` on the grid ``grid_hw``
+        (see :func:`~mmlape.models.layers.rope.rotary_tables`); the axial
+        ones, the same in every head, for one head (broadcast)."""
+        freqs = self.rope_frequencies()
+        if self.rope_type == 'rope_axial':
+            freqs = freqs[:, :1]
+        return rotary_tables(freqs, grid_hw, num_extra_tokens)
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor,
               bias: Optional[Tensor]) -> Tensor:
@@ -230,6 +272,10 @@ class TransformerBlock(nn.Module):
             too (mmseg's ViT drops the FFN residual only). Defaults to True.
         proj_bias (bool): Bias of the attention's output projection.
             Defaults to True.
+        rope_type (str, optional): The attention's rotary frequencies
+            (see :class:`Attention`). Defaults to None.
+        rope_theta (float, optional): Their ``theta``. Defaults to None
+            (the type's).
 
     Example:
         >>> from mmlape.models.layers.pe_plan import LayerPE
@@ -255,7 +301,9 @@ class TransformerBlock(nn.Module):
                  ffn_cfg: Optional[Dict] = None,
                  norm2_in_residual: bool = False,
                  attn_drop_path: bool = True,
-                 proj_bias: bool = True) -> None:
+                 proj_bias: bool = True,
+                 rope_type: Optional[str] = None,
+                 rope_theta: Optional[float] = None) -> None:
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = Attention(
@@ -267,7 +315,9 @@ class TransformerBlock(nn.Module):
             window_size=window_size,
             rel_pos_grid=rel_pos_grid,
             qk_scale=qk_scale,
-            proj_bias=proj_bias)
+            proj_bias=proj_bias,
+            rope_type=rope_type,
+            rope_theta=rope_theta)
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
         self.attn_drop_path = attn_drop_path

@@ -23,13 +23,17 @@ from mmlape.registry import PE_JOINS
 from .parts import PartCfg, part_options, resolve_part
 from .pe_join_base import CONTEXT_ARGS, BasePEJoin, join_option_error
 from .pe_plan import CarryFn, PEPlan
-from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES
+from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES, ROTARY_PE_TYPES
 
 __all__ = [
     'RELATIVE_PE_NORM_CFG', 'DefaultJoin', 'ShareJoin', 'UnshareJoin',
     'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'resolve_pe_join',
     'pe_join_names', 'pe_join_classes'
 ]
+
+#: The PE types a join that acts on a PE tensor or bias takes: all but the
+#: rotary ones (beside which it acts on the absolute PE).
+NON_ROTARY_PE_TYPES = tuple(t for t in PE_TYPES if t not in ROTARY_PE_TYPES)
 
 #: The norm of LaPE's relative-PE bias tables: the official code normalises
 #: each layer's ``(heads, N, N)`` bias over the key axis with
@@ -42,7 +46,9 @@ RELATIVE_PE_NORM_CFG = dict(type='LN', eps=1e-5)
 class DefaultJoin(BasePEJoin):
     """ViT/DeiT: ``x_0 = tokens + pos``; no layer sees the PE again.
 
-    With a relative PE, every layer adds its own raw bias to its logits.
+    With a relative PE, every layer adds its own raw bias to its logits; a
+    rotary PE alone adds nothing (the backbone rotates the queries and
+    keys).
 
     Example:
         >>> import torch
@@ -136,7 +142,7 @@ class LaPEJoin(BasePEJoin):
         [True, True, False, False]
     """
     name = 'LaPE'
-    pe_types = PE_TYPES
+    pe_types = NON_ROTARY_PE_TYPES
     supports_stages = True
     config_suffix = '-lape'
     #: First layer that takes a layer-wise PE.

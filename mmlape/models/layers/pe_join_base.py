@@ -12,7 +12,7 @@ from torch import Tensor
 
 from mmlape.registry import PE_JOINS
 from .pe_plan import CarryFn, PEPlan
-from .pos_embed import ABSOLUTE_PE_TYPES
+from .pos_embed import ABSOLUTE_PE_TYPES, ROTARY_PE_TYPES
 
 __all__ = ['BasePEJoin', 'CONTEXT_ARGS', 'join_option_error']
 
@@ -42,8 +42,9 @@ class BasePEJoin(nn.Module):
             stage on a staged backbone).
         with_cls_token (bool): Whether the token sequence starts with a class
             token (then the PE has a class-token row).
-        pe_type (str): One of ``learnable``, ``sincos1d``, ``sincos2d``,
-            ``relative``.
+        pe_type (str): The PE the join acts on: one of ``learnable``,
+            ``sincos1d``, ``sincos2d``, ``relative``; a rotary type
+            (``rope_*``) when the backbone has a rotary PE alone.
         num_patches (int): Patches of the PE's own grid (the normalised
             shape of a relative-bias norm).
         norm_cfg (dict): Config of the PE norms. Defaults to LN, eps 1e-6.
@@ -94,6 +95,14 @@ class BasePEJoin(nn.Module):
         self.num_patches = num_patches
         self.norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
         self._init_stages(stages)
+        if pe_type in ROTARY_PE_TYPES and pe_type not in self.pe_types:
+            fit = sorted(name for name, cls in PE_JOINS.module_dict.items()
+                         if cls.fits(pe_type))
+            raise ValueError(
+                f'pe_join.type={self.name!r} acts on an absolute PE, and '
+                f'pe_type={pe_type!r} is a rotary PE alone: add an absolute '
+                f"PE beside it (e.g. ape_type='learnable') or choose one "
+                f'of {fit}')
         if pe_type not in self.pe_types:
             raise ValueError(
                 f'pe_join.type={self.name!r} does not support '

@@ -4,28 +4,123 @@ References:
     Vaswani et al., 2017 (1D sinusoidal PE); the LaPE paper and code
     (Yu et al., ICCV 2023) for the PE types it studies (learnable, 1D and 2D
     sin-cos with a zero class-token position); DeiT (Touvron et al., 2021)
-    for truncated-normal initialisation. The PE types and the resizing
-    order: docs/methods.md ("PE types and resizing").
+    for truncated-normal initialisation; Heo et al., "Rotary Position
+    Embedding for Vision Transformer", ECCV 2024, for the rotary types
+    (built in :mod:`.rope`); timm's ``resample_abs_pos_embed`` for the
+    antialiased resize. The PE types and the resizing order:
+    docs/methods.md ("PE types and resizing").
 """
-from typing import Literal, Sequence, Tuple, get_args
+from typing import Dict, Literal, Optional, Sequence, Tuple, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    'ABSOLUTE_PE_TYPES', 'PE_TYPES', 'PEType', 'build_1d_sincos',
-    'build_2d_sincos', 'resize_pos_embed'
+    'ABSOLUTE_PE_TYPES', 'PE_TYPES', 'PEType', 'ROTARY_PE_TYPES',
+    'check_pe_setting', 'join_pe_type', 'pe_settings', 'pe_setting_name',
+    'parse_pe_setting', 'build_1d_sincos', 'build_2d_sincos',
+    'resize_pos_embed'
 ]
 
 #: Position-embedding types a backbone accepts (``pe_type=...``): the one
 #: place they are written; everything else derives from it.
-PEType = Literal['learnable', 'sincos1d', 'sincos2d', 'relative']
+PEType = Literal['learnable', 'sincos1d', 'sincos2d', 'relative', 'rope_axial',
+                 'rope_mixed']
 PE_TYPES: Tuple[str, ...] = get_args(PEType)
+#: The rotary types (``rope_*``): no tensor added anywhere, the queries and
+#: keys of every layer rotated by the patch's 2D position (:mod:`.rope`).
+#: A rotary type may have an absolute PE beside it (``ape_type``).
+ROTARY_PE_TYPES: Tuple[str, ...] = tuple(
+    t for t in PE_TYPES if t.startswith('rope_'))
 #: The types that are a PE tensor added to tokens (all but ``relative``,
-#: a bias on the attention logits).
-ABSOLUTE_PE_TYPES: Tuple[str,
-                         ...] = tuple(t for t in PE_TYPES if t != 'relative')
+#: a bias on the attention logits, and the rotary ones).
+ABSOLUTE_PE_TYPES: Tuple[str, ...] = tuple(
+    t for t in PE_TYPES if t != 'relative' and t not in ROTARY_PE_TYPES)
+#: How a rotary type and the absolute PE beside it are written as one
+#: setting (:func:`pe_setting_name`).
+_SETTING_SEP = '+'
+
+
+def check_pe_setting(pe_type: str,
+                     ape_type: Optional[str] = None,
+                     rope_theta: Optional[float] = None) -> None:
+    """Refuse a backbone's PE arguments that do not go together.
+
+    Raises:
+        ValueError: An unknown ``pe_type``; an ``ape_type`` that is not an
+            absolute type or is not beside a rotary ``pe_type``; a
+            ``rope_theta`` without a rotary ``pe_type`` (each message names
+            the option, its value and what is allowed).
+    """
+    if pe_type not in PE_TYPES:
+        raise ValueError(f'Unknown pe_type={pe_type!r}; choose one of '
+                         f'{list(PE_TYPES)}')
+    rotary = pe_type in ROTARY_PE_TYPES
+    if ape_type is not None:
+        if ape_type not in ABSOLUTE_PE_TYPES:
+            raise ValueError(f'Unknown ape_type={ape_type!r}; the absolute '
+                             f'PE beside a rotary one is one of '
+                             f'{list(ABSOLUTE_PE_TYPES)}')
+        if not rotary:
+            raise ValueError(
+                f'ape_type={ape_type!r} is an absolute PE beside a rotary '
+                f'pe_type ({list(ROTARY_PE_TYPES)}); pe_type={pe_type!r} '
+                f'is not rotary')
+    if rope_theta is not None and not rotary:
+        raise ValueError(f'rope_theta={rope_theta!r} is the theta of a '
+                         f'rotary pe_type ({list(ROTARY_PE_TYPES)}); '
+                         f'pe_type={pe_type!r} is not rotary')
+
+
+def pe_settings() -> Tuple[str, ...]:
+    """Every PE setting a ViT takes, by name: each ``pe_type``, then each
+    rotary type with each absolute PE beside it
+    (``'rope_mixed+learnable'``, see :func:`pe_setting_name`).
+
+    Example:
+        >>> 'rope_axial+sincos2d' in pe_settings()
+        True
+    """
+    return PE_TYPES + tuple(
+        pe_setting_name(r, a) for r in ROTARY_PE_TYPES
+        for a in ABSOLUTE_PE_TYPES)
+
+
+def pe_setting_name(pe_type: str, ape_type: Optional[str] = None) -> str:
+    """The name of a backbone's PE setting: ``pe_type``, or
+    ``'{pe_type}+{ape_type}'`` with an absolute PE beside a rotary one."""
+    return pe_type if ape_type is None else \
+        f'{pe_type}{_SETTING_SEP}{ape_type}'
+
+
+def parse_pe_setting(name: str) -> Dict[str, Optional[str]]:
+    """The backbone arguments of a setting name: ``dict(pe_type=...,
+    ape_type=...)`` (see :func:`pe_settings`).
+
+    Raises:
+        ValueError: Not a setting; the message lists them.
+    """
+    if name not in pe_settings():
+        raise ValueError(f'Unknown PE setting {name!r}; choose one of '
+                         f'{list(pe_settings())}')
+    pe_type, _, ape_type = name.partition(_SETTING_SEP)
+    return dict(pe_type=pe_type, ape_type=ape_type or None)
+
+
+def join_pe_type(name: str) -> str:
+    """The PE type the joins of a setting act on (what
+    :meth:`~mmlape.models.layers.BasePEJoin.fits` takes): the absolute one
+    beside a rotary PE, else the setting's ``pe_type``.
+
+    Example:
+        >>> join_pe_type('rope_mixed+learnable'), join_pe_type('rope_mixed')
+        ('learnable', 'rope_mixed')
+    """
+    setting = parse_pe_setting(name)
+    return setting['ape_type'] or setting['pe_type']
+
+
 #: Interpolation modes :func:`resize_pos_embed` accepts.
 _RESIZE_MODES = ('nearest', 'bilinear', 'bicubic', 'area', 'nearest-exact')
 
@@ -115,7 +210,8 @@ def resize_pos_embed(pos_embed: Tensor,
                      src_shape: Tuple[int, int],
                      dst_shape: Tuple[int, int],
                      mode: str = 'bicubic',
-                     num_extra_tokens: int = 1) -> Tensor:
+                     num_extra_tokens: int = 1,
+                     antialias: bool = False) -> Tensor:
     """Resize an absolute PE from one patch grid to another.
 
     The arguments and defaults are those of mmpretrain's
@@ -123,7 +219,10 @@ def resize_pos_embed(pos_embed: Tensor,
     The extra (class-token) rows are kept as they are; the patch rows are
     interpolated as an image (``align_corners=False``, in float32 because
     bicubic needs it). This is the only place mmlape resizes a PE: it is
-    applied to the RAW PE, before any per-layer PE norm.
+    applied to the RAW PE, before any per-layer PE norm. ``antialias``
+    resizes as timm's ``resample_abs_pos_embed`` does (PyTorch's
+    antialiased kernels, which low-pass filter when a side shrinks and use
+    the bicubic kernel of ``a = -0.5`` rather than ``-0.75``).
 
     Args:
         pos_embed (Tensor): Shape ``(B, extra + Hs*Ws, C)``; ``B`` is 1, or
@@ -134,6 +233,8 @@ def resize_pos_embed(pos_embed: Tensor,
             ``'bicubic'``.
         num_extra_tokens (int): Leading rows that are not patches (1 for a
             class token). Defaults to 1.
+        antialias (bool): Antialiased interpolation (``'bilinear'`` and
+            ``'bicubic'`` only). Defaults to False.
 
     Returns:
         Tensor: Shape ``(B, extra + Hd*Wd, C)``; the input itself when the
@@ -150,6 +251,9 @@ def resize_pos_embed(pos_embed: Tensor,
     if mode not in _RESIZE_MODES:
         raise ValueError(f'resize_pos_embed: mode must be one of '
                          f'{list(_RESIZE_MODES)}, got {mode!r}')
+    if antialias and mode not in ('bilinear', 'bicubic'):
+        raise ValueError(f'resize_pos_embed: antialias needs mode '
+                         f"'bilinear' or 'bicubic', got {mode!r}")
     src_shape, dst_shape = tuple(src_shape), tuple(dst_shape)
     if src_shape == dst_shape:
         return pos_embed
@@ -163,6 +267,11 @@ def resize_pos_embed(pos_embed: Tensor,
     grid = grid.permute(0, 3, 1, 2).float()
     # align_corners applies to the interpolating modes only.
     align = False if mode in ('bilinear', 'bicubic') else None
-    grid = F.interpolate(grid, size=dst_shape, mode=mode, align_corners=align)
+    grid = F.interpolate(
+        grid,
+        size=dst_shape,
+        mode=mode,
+        align_corners=align,
+        antialias=antialias)
     grid = grid.flatten(2).transpose(1, 2).to(pos_embed.dtype)
     return torch.cat([extra, grid], dim=1)

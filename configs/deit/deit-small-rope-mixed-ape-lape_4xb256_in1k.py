@@ -1,0 +1,5 @@
+# DeiT-Small with RoPE-Mixed + APE, the absolute PE joined by LaPE
+# (hierarchical, every layer).
+_base_ = './deit-small-rope-mixed-ape_4xb256_in1k.py'
+
+model = dict(backbone=dict(pe_join=dict(type='LaPE')))
