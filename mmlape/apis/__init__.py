@@ -1,6 +1,5 @@
 """What the tools (``tools/``) and :mod:`mmlape.analysis` share: checks of
-a run's inputs (:mod:`.preflight`) and its labels (:mod:`.labels`),
-distributed runs on CPUs and launchers (:mod:`.dist`), mmengine's
+a run's inputs (:mod:`.preflight`) and its labels (:mod:`.labels`), mmengine's
 ``FlexibleRunner`` (:mod:`.flexible`), the checkpoint to resume
 (:mod:`.resume`) and the model a checkpoint records (:mod:`.model_check`).
 
@@ -8,7 +7,6 @@ This floor sits above :mod:`mmlape.models` and beside
 :mod:`mmlape.engine`: it may import both the models and the utilities, and
 nothing below it imports it.
 """
-from .dist import check_launcher_env, setup_cpu_distributed, slurm_to_torch_env
 from .flexible import (check_flexible_runner, is_flexible_runner,
                        when_model_built)
 from .labels import (check_dataset_labels, model_num_classes,
@@ -24,10 +22,9 @@ from .resume import find_resume_checkpoint, is_complete_checkpoint
 __all__ = [
     'COMPARED_FIELDS', 'UsageError', 'backbone_differences',
     'check_checkpoint_fits', 'check_dataset_labels', 'check_dataset_paths',
-    'check_flexible_runner', 'check_launcher_env', 'check_work_dir',
-    'find_resume_checkpoint', 'fit_fused_optimizer', 'is_complete_checkpoint',
-    'is_flexible_runner', 'merge_cfg_options', 'model_num_classes',
-    'note_finetune_sources', 'recorded_model', 'register_scope_modules',
-    'setup_cpu_distributed', 'slurm_to_torch_env', 'use_checked_image_loading',
+    'check_flexible_runner', 'check_work_dir', 'find_resume_checkpoint',
+    'fit_fused_optimizer', 'is_complete_checkpoint', 'is_flexible_runner',
+    'merge_cfg_options', 'model_num_classes', 'note_finetune_sources',
+    'recorded_model', 'register_scope_modules', 'use_checked_image_loading',
     'use_checked_label_maps', 'when_model_built'
 ]

@@ -113,7 +113,7 @@ def check_flexible_runner(cfg: Config,
     Args:
         cfg (Config): The run's config (``launcher`` set).
         on_cpu (bool): A distributed run on CPU processes
-            (:func:`~mmlape.apis.setup_cpu_distributed`).
+            (:func:`~mmlape.hosts.setup_cpu_distributed`).
         world_size (int): The number of processes. Defaults to 1.
 
     Returns:

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from mmengine.config import Config
 
-from mmlape.utils.errors import ConfigError, DataError
+from mmlape.utils.errors import ConfigError, DataError, UsageError
 from mmlape.utils.work_dir import intact_checkpoint
 
 __all__ = [
@@ -25,11 +25,6 @@ __all__ = [
 _ALL_PHASES = ('train', 'val', 'test')
 #: Errors of a write that mean "no room".
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-class UsageError(ConfigError):
-    """A wrong command-line argument, config value or path; tools print it
-    without a traceback and exit with status 2."""
 
 
 def register_scope_modules(cfg: Config) -> str:

@@ -32,6 +32,8 @@ from mmlape.utils.errors import CheckpointError
 from mmlape.utils.safe_load import safe_torch_load
 
 DEMO = 'configs/demo/deit-demo_pos-shapes.py'
+#: Runners resume in this process: the tools' safe loading.
+pytestmark = pytest.mark.usefixtures('hosts_applied')
 
 
 def test_every_config_saves_with_the_atomic_hook():

@@ -2,8 +2,8 @@
 
 References:
     timm's ``checkpoint_filter_fn`` (a pure filter beside the model) and
-    mmengine's ``CheckpointLoader`` (made safe by
-    :mod:`mmlape.utils.safe_load`).
+    mmengine's ``CheckpointLoader`` (for URLs; local files are read by
+    :func:`mmlape.utils.safe_load.safe_torch_load`).
 
 Every family (:class:`CheckpointFamily`) goes the same way: read the state
 dict and its backbone part; detect the layout and convert it to mmlape's
@@ -12,6 +12,7 @@ the backbone's ``load_state_dict`` pre-hook (so every route is fitted);
 load and report what was missing, unexpected or new.
 """
 import math
+import os.path as osp
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
+from mmlape.utils.safe_load import safe_torch_load
 from ..layers.pos_embed import resize_pos_embed
 
 __all__ = [
@@ -430,12 +432,14 @@ class CheckpointFamily:
              new_key_pattern: Optional[str] = None) -> None:
         """Read, convert, check and load a checkpoint into a backbone.
 
-        The file is read through mmengine's loader (mmlape makes it safe);
-        the backbone part is selected (``prefix``, or ``backbone.`` when
-        present), converted (:meth:`convert_file`), checked against the join
-        (:meth:`check`) and against the model the file records
-        (:meth:`check_model`) and loaded; the backbone's own pre-hook fits it
-        (:meth:`fit`). What was dropped, missing or unexpected is logged.
+        A local file is read safely
+        (:func:`~mmlape.utils.safe_load.safe_torch_load`), a URL through
+        mmengine's loader; the backbone part is selected (``prefix``, or
+        ``backbone.`` when present), converted (:meth:`convert_file`),
+        checked against the join (:meth:`check`) and against the model the
+        file records (:meth:`check_model`) and loaded; the backbone's own
+        pre-hook fits it (:meth:`fit`). What was dropped, missing or
+        unexpected is logged.
 
         Args:
             module (nn.Module): The backbone.
@@ -450,8 +454,11 @@ class CheckpointFamily:
             ValueError: No keys under ``prefix``, another join, or a
                 checkpoint that does not fit (the message says why).
         """
-        from mmengine.runner.checkpoint import CheckpointLoader
-        ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        if '://' in str(checkpoint):
+            from mmengine.runner.checkpoint import CheckpointLoader
+            ckpt = CheckpointLoader.load_checkpoint(checkpoint, 'cpu')
+        else:
+            ckpt = safe_torch_load(osp.expanduser(checkpoint), 'cpu')
         try:
             conv = self.convert_file(ckpt, self.backbone_state(ckpt, prefix))
             self.check(conv.state_dict, spec)

@@ -8,11 +8,12 @@ References:
     which picks an inferencer from the tasks of the model's
     ``metainfo.results``.
 
-After ``import mmlape``, mmpretrain's model APIs know mmlape's
-classification configs by their names (the model index's ``Name``, the
-config's file name)::
+After :func:`install_mmpretrain_hub` (or :func:`mmlape.hosts.apply`),
+mmpretrain's model APIs know mmlape's classification configs by their
+names (the model index's ``Name``, the config's file name)::
 
-    import mmlape
+    import mmlape.hosts
+    mmlape.hosts.install_mmpretrain_hub()
     from mmpretrain import get_model, inference_model, list_models
     list_models('deit-tiny-*')          # mmpretrain's and mmlape's
     model = get_model('deit-tiny-mpvg_4xb256_in1k')
@@ -39,11 +40,11 @@ stays mmpretrain's (its model and its released weights) and mmlape's is
 
 When: mmpretrain reads its own index only on the first lookup (3-4 s), and
 registering after it keeps mmpretrain's names and conflict check intact,
-so mmlape registers in the same step: ``import mmlape`` wraps
-``ModelHub._register_mmpretrain_models`` (and ``get_model``, for the
+so mmlape registers in the same step: :func:`install_mmpretrain_hub`
+wraps ``ModelHub._register_mmpretrain_models`` (and ``get_model``, for the
 config paths) as soon as ``mmpretrain.apis.model`` is imported (at once if
 it already is), without importing mmpretrain itself
-(:func:`mmlape.utils.host_compat.after_import`).
+(:func:`mmlape.hosts.imports.after_import`).
 """
 import copy
 import functools
@@ -52,7 +53,7 @@ import os.path as osp
 import sys
 from typing import Dict, List, Optional
 
-from mmlape.utils.host_compat import after_import
+from .imports import after_import
 
 __all__ = [
     'HUB_MODULE', 'PREFIX', 'model_index_path', 'mmpretrain_entries',
@@ -199,5 +200,5 @@ def _wrap_hub(module) -> None:
 
 def install_mmpretrain_hub() -> None:
     """Make mmpretrain's hub know mmlape's models, when (and if) mmpretrain
-    is imported; imports nothing itself. Called by ``import mmlape``."""
+    is imported; imports nothing itself. Idempotent."""
     after_import(HUB_MODULE, _wrap_hub)

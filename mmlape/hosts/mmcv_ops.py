@@ -1,64 +1,62 @@
-"""mmcv's compiled ops in float32 under mixed precision.
+"""mmcv's compiled ops in float32 under mixed precision, during the steps
+of the models that need it.
 
 References:
     mmcv 2.1.0's op wrappers (``mmcv/ops/multi_scale_deform_attn.py``,
     ``roi_align.py``, ``nms.py``) and their kernels: the CUDA kernels of
     deformable attention and RoIAlign dispatch float32, float64 and float16
     (not bfloat16), NMS reads float32 only (open-mmlab/mmcv issues #2878,
-    #3061); ``torch.amp.custom_fwd(cast_inputs=torch.float32)``, which the
-    official ViT-Adapter code puts on its deformable-attention function.
+    #3061); ``torch.amp.custom_fwd(cast_inputs=torch.float32)``.
 
-Under bfloat16 autocast on a GPU, ViT-Adapter's deformable attention hands
-mmcv's CUDA kernel a bfloat16 ``value`` and Mask R-CNN's RoIAlign a
-bfloat16 feature map, and both stop with a dtype error; NMS stops on any
-half-precision box. On CPU the deformable attention takes mmcv's PyTorch
-path, so CPU runs never showed it.
-
-:func:`install_float32_mmcv_ops` (called by ``import mmlape``) wraps the
-``forward`` and ``backward`` of the autograd Functions listed in
-:data:`MMCV_FLOAT32_OPS` so that no float16/bfloat16 tensor reaches mmcv's
-compiled dispatch:
+Under bfloat16 autocast on a GPU, Mask R-CNN's RoIAlign gets a bfloat16
+feature map and stops with a dtype error; NMS stops on any half-precision
+box. (mmlape's own deformable attention, ``DeformAttn``, runs its sampling
+in float32 itself.) mmdet's heads call these ops, so they cannot be given
+float32 from mmlape's models: inside :func:`float32_mmcv_ops`, the
+Functions of :data:`MMCV_FLOAT32_OPS` hand their kernels no float16 or
+bfloat16 tensor:
 
 - inside autocast of the inputs' device type (``cuda`` on a GPU, ``cpu`` in
   the tests), floating inputs are cast to float32 and the op runs with
-  autocast disabled, as ``torch.amp.custom_fwd(cast_inputs=torch.float32)``
-  runs a function;
+  autocast disabled, as ``custom_fwd(cast_inputs=torch.float32)`` runs a
+  function;
 - outside autocast, an op that receives a float16/bfloat16 tensor computes
   in float32;
-- either way the result comes back in the dtype the op would have returned
-  (that of its first floating input), because callers rely on it: mmdet's
-  ``SingleRoIExtractor`` writes RoIAlign's output into a tensor of the
-  features' dtype, which refuses float32 under bf16 autocast. (Where
-  ``custom_fwd`` would return float32, as ViT-Adapter's deformable attention
-  does, the next op is a linear layer that autocast casts to the half dtype
-  anyway: the same numbers.)
-- float32 inputs without autocast run the op untouched.
+- either way the result comes back in the dtype of the op's first floating
+  input, as callers expect (mmdet's ``SingleRoIExtractor`` writes
+  RoIAlign's output into a tensor of the features' dtype);
+- float32 inputs without autocast run the op untouched, and the gradients
+  flow back in the inputs' own dtypes.
 
-The gradients flow back to the original inputs in the inputs' own dtypes.
-The deformable attention therefore runs in float32 under float16 autocast
-too (as in the official ViT-Adapter), where mmcv's half kernel would have
-taken it. The wrapping is idempotent and keeps the original functions as
-``__wrapped__``. It lives with the layers because it concerns the mmcv ops
-the models run (``adapter.py`` imports ``mmcv.ops`` already); ``utils``
-knows no model and imports no ops.
+The first use wraps the Functions' ``forward`` and ``backward`` once
+(:func:`install_float32_mmcv_ops`, keeping mmcv's as ``__wrapped__``);
+outside the context the wrappers call mmcv's functions as they are, so
+another model in the process runs mmcv's ops as mmcv ships them.
+:class:`Float32MmcvOpsHook` enters the context around each train, val and
+test step of a run's model: mmlape's Mask R-CNN configs name it, and
+mmlape's tools add it to every mmdet run (:func:`use_float32_mmcv_ops`).
 """
 import contextlib
 import functools
 import importlib
-from typing import (Any, Callable, ContextManager, List, NamedTuple, Optional,
-                    Tuple)
+from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple,
+                    Optional, Tuple)
 
 import torch
+from mmengine.hooks import Hook
 from torch import Tensor
 
+from mmlape.registry import HOOKS
+
 __all__ = [
-    'MMCV_FLOAT32_OPS', 'float32_autograd_function', 'install_float32_mmcv_ops'
+    'MMCV_FLOAT32_OPS', 'Float32MmcvOpsHook', 'float32_autograd_function',
+    'float32_mmcv_ops', 'install_float32_mmcv_ops', 'use_float32_mmcv_ops'
 ]
 
-#: ``(module, class)`` of the mmcv autograd Functions mmlape's models and
-#: configs run: ViT-Adapter's deformable attention, Mask R-CNN's RoIAlign
-#: (mmdet's ``SingleRoIExtractor``) and NMS (mmdet's RPN and box
-#: post-processing, through ``batched_nms``).
+#: ``(module, class)`` of the mmcv autograd Functions whose kernels take no
+#: bfloat16: Mask R-CNN's RoIAlign (mmdet's ``SingleRoIExtractor``), NMS
+#: (mmdet's RPN and box post-processing, through ``batched_nms``) and the
+#: deformable attention of mmdet's own models.
 MMCV_FLOAT32_OPS: Tuple[Tuple[str, str], ...] = (
     ('mmcv.ops.multi_scale_deform_attn', 'MultiScaleDeformableAttnFunction'),
     ('mmcv.ops.roi_align', 'RoIAlignFunction'),
@@ -68,6 +66,8 @@ MMCV_FLOAT32_OPS: Tuple[Tuple[str, str], ...] = (
 _HALF = (torch.float16, torch.bfloat16)
 _MARK = '_mmlape_float32'
 _PLAN = '_mmlape_float32_plan'
+#: How many :func:`float32_mmcv_ops` contexts are open.
+_ACTIVE = 0
 
 
 class _Plan(NamedTuple):
@@ -107,6 +107,8 @@ def _no_autocast(device_type: str) -> ContextManager:
 
 def _plan(args: tuple, kwargs: dict) -> Optional[_Plan]:
     """``None`` when the op can run as it is, else how to run it."""
+    if not _ACTIVE:
+        return None
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
     if not tensors:
         return None
@@ -164,7 +166,8 @@ def float32_autograd_function(cls: type) -> bool:
     """Make an autograd Function hand its compiled kernel no half tensor.
 
     Wraps ``cls.forward`` (and ``cls.backward`` where the class defines one)
-    in place, with the rules of this module's docstring. The Function must
+    in place; inside :func:`float32_mmcv_ops` they follow the rules of this
+    module's docstring, outside it they call the Function's own. It must
     take ``ctx`` as the first argument of ``forward`` (the classic style,
     as mmcv's Functions do).
 
@@ -188,7 +191,8 @@ def float32_autograd_function(cls: type) -> bool:
         >>> float32_autograd_function(Double)
         False
         >>> x = torch.ones(2, dtype=torch.bfloat16, requires_grad=True)
-        >>> with torch.autocast('cpu', dtype=torch.bfloat16):
+        >>> with float32_mmcv_ops(), torch.autocast('cpu',
+        ...                                         dtype=torch.bfloat16):
         ...     y = Double.apply(x)  # forward sees float32
         >>> y.dtype
         torch.bfloat16
@@ -210,7 +214,8 @@ def float32_autograd_function(cls: type) -> bool:
 
 def install_float32_mmcv_ops() -> List[type]:
     """Apply :func:`float32_autograd_function` to the mmcv Functions of
-    :data:`MMCV_FLOAT32_OPS`. Idempotent; ``import mmlape`` calls it.
+    :data:`MMCV_FLOAT32_OPS` (inert outside :func:`float32_mmcv_ops`, which
+    calls it). Idempotent.
 
     Returns:
         list[type]: The Functions this call wrapped (empty when done
@@ -222,3 +227,85 @@ def install_float32_mmcv_ops() -> List[type]:
         if float32_autograd_function(cls):
             wrapped.append(cls)
     return wrapped
+
+
+@contextlib.contextmanager
+def float32_mmcv_ops() -> Iterator[None]:
+    """Inside, mmcv's ops of :data:`MMCV_FLOAT32_OPS` hand their kernels
+    float32 (this module's docstring); contexts nest.
+
+    Example:
+        >>> from mmcv.ops import nms
+        >>> boxes = torch.tensor([[0., 0., 4., 4.], [1., 1., 5., 5.]])
+        >>> with float32_mmcv_ops():
+        ...     _, keep = nms(boxes.bfloat16(), torch.tensor([.9, .8]), .3)
+        >>> keep
+        tensor([0])
+    """
+    global _ACTIVE
+    install_float32_mmcv_ops()
+    _ACTIVE += 1
+    try:
+        yield
+    finally:
+        _ACTIVE -= 1
+
+
+#: The model methods a runner calls for one step.
+STEPS = ('train_step', 'val_step', 'test_step')
+
+
+@HOOKS.register_module()
+class Float32MmcvOpsHook(Hook):
+    """Run each train, val and test step of the runner's model inside
+    :func:`float32_mmcv_ops`; the model's steps are as before after the
+    run.
+
+    A config names it as ``custom_hooks =
+    [dict(type='mmlape.Float32MmcvOpsHook')]`` (mmlape's Mask R-CNN configs
+    do); the tools add it to every mmdet run.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def before_run(self, runner) -> None:
+        model = runner.model
+        self._wrapped = (model, {})
+        for name in STEPS:
+            step = getattr(model, name, None)
+            if step is not None:
+                self._wrapped[1][name] = vars(model).get(name)
+                setattr(model, name, _in_float32(step))
+
+    def after_run(self, runner) -> None:
+        model, saved = getattr(self, '_wrapped', (None, {}))
+        for name, own in saved.items():
+            if own is None:
+                delattr(model, name)
+            else:
+                setattr(model, name, own)
+        self._wrapped = (None, {})
+
+
+def _in_float32(step: Callable) -> Callable:
+
+    @functools.wraps(step)
+    def float32_step(*args, **kwargs):
+        with float32_mmcv_ops():
+            return step(*args, **kwargs)
+
+    return float32_step
+
+
+def use_float32_mmcv_ops(cfg) -> bool:
+    """Add :class:`Float32MmcvOpsHook` to an mmdet config's
+    ``custom_hooks`` unless it is there; return whether it was added."""
+    if cfg.get('default_scope') != 'mmdet':
+        return False
+    hooks = list(cfg.get('custom_hooks') or [])
+    if any(
+            str(h.get('type', '')).split('.')[-1] ==
+            Float32MmcvOpsHook.__name__ for h in hooks if isinstance(h, dict)):
+        return False
+    cfg.custom_hooks = hooks + [dict(type='mmlape.Float32MmcvOpsHook')]
+    return True
