@@ -272,13 +272,17 @@ def setup_runner(cfg, phases):
 
     import mmlape  # noqa: F401  (registers the models)
     from mmlape import hosts
-    from mmlape.apis import (check_dataset_labels, check_dataset_paths,
-                             check_flexible_runner, check_work_dir,
-                             fit_fused_optimizer, register_scope_modules,
-                             use_checked_image_loading, use_checked_label_maps)
+    from mmlape.apis import register_scope_modules
+    from mmlape.datasets.checks import (check_dataset_paths,
+                                        use_checked_image_loading)
+    from mmlape.datasets.labels import (check_dataset_labels,
+                                        use_checked_label_maps)
     from mmlape.engine.compile import use_compile_hook
     from mmlape.engine.hooks import WorkDirGuardHook
-    from mmlape.utils.work_dir import lock_work_dir, work_dir_error
+    from mmlape.engine.runner_setup import (check_flexible_runner,
+                                            fit_fused_optimizer)
+    from mmlape.utils.work_dir import (check_work_dir, lock_work_dir,
+                                       work_dir_error)
     hosts.apply()
     allowed = check_device()
     hosts.quiet_host_notices()

@@ -63,7 +63,8 @@ def main(argv=None):
             evaluator.append(dict(type='DumpResults', out_file_path=args.out))
             cfg.test_evaluator = evaluator
         runner = setup_runner(cfg, ('test', ))
-        from mmlape.apis import check_checkpoint_fits, when_model_built
+        from mmlape.apis import check_checkpoint_fits
+        from mmlape.engine.runner_setup import when_model_built
         when_model_built(runner, check_checkpoint_fits, args.checkpoint,
                          'checkpoint', cfg)
     with fail(running=True):

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from mmlape.utils.safe_load import safe_torch_load
 from ..layers.pos_embed import resize_pos_embed
+from .recorded import another_model, model_differences, recorded_backbone
 
 __all__ = [
     'BACKBONE_PREFIX', 'Layout', 'Converted', 'CheckpointFamily',
@@ -343,9 +344,15 @@ class CheckpointFamily:
 
     def check_model(self, converted: Converted,
                     module: torch.nn.Module) -> None:
-        """Refuse a file whose recorded model (:attr:`Converted.meta`)
-        contradicts the backbone ``module`` it is loaded into (a ValueError
-        naming both). Nothing is recorded by default."""
+        """Refuse a file whose recorded model (an official LaPE run,
+        :attr:`Converted.meta`) is another than the backbone ``module``
+        (:func:`~.recorded.model_differences`; a ValueError naming each
+        difference)."""
+        recorded = recorded_backbone(dict(meta=converted.meta))
+        wrong = model_differences(recorded[1], module) if recorded else []
+        if wrong:
+            raise ValueError('it ' +
+                             another_model(wrong, recorded[0], 'backbone'))
 
     def read(self, checkpoint: Mapping, **options) -> Dict[str, Tensor]:
         """The state dict a loaded file holds (see

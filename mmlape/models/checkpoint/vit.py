@@ -16,7 +16,7 @@ result to one backbone (:class:`ViTSpec`) or refuse it, naming why.
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Literal, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple
 
 import torch
 from mmengine.logging import print_log
@@ -26,11 +26,10 @@ from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
                      check_pe_width, fit_patch_rows, is_square, rename_keys,
                      select_backbone, strip_prefix, table_rules)
 from .official_lape import (LAPE_REL_INDEX, LAPE_REL_NORM, PE_NORM_KEY,
-                            OfficialRun, backbone_contradictions,
-                            backbone_options, check_run_weights,
-                            contradiction_message, convert_lape_relative,
+                            check_run_weights, convert_lape_relative,
                             drop_fixed_pe, options_text, read_official_run,
                             stack_unshared)
+from .recorded import another_model, model_differences, recorded_backbone
 from .vit_family import VIT_FAMILY
 
 __all__ = [
@@ -390,41 +389,28 @@ class ViTCheckpoints(CheckpointFamily):
             f'mmlape\'s {arch}{options_text(options)}')
         return conv
 
-    def check_model(self, converted: Converted,
-                    module: torch.nn.Module) -> None:
-        """The backbone's PE type, join and ``hierarchical`` must be those
-        of the official LaPE run the file records."""
-        meta = converted.meta.get('official_lape')
-        options = backbone_options(module)
-        if not meta or options is None:
-            return
-        run = OfficialRun.from_meta(meta)
-        wrong = backbone_contradictions(run, options)
-        if wrong:
-            raise ValueError(contradiction_message(run, wrong, 'backbone'))
-
     def convert_checkpoint(self,
                            checkpoint: Mapping,
                            fmt: Optional[str] = None,
                            head: Optional[str] = None,
-                           backbone: Optional[Mapping] = None,
+                           backbone: Any = None,
                            **options) -> Dict:
         """As :meth:`~.common.CheckpointFamily.convert_checkpoint`; with
-        ``backbone`` (a config's backbone options: ``pe_type``,
-        ``pe_join``), a file whose recorded official LaPE run needs another
-        PE type, join or ``hierarchical`` is refused.
+        ``backbone`` (a config's backbone, built or not), a file whose
+        recorded official LaPE run is another model
+        (:func:`~.recorded.model_differences`) is refused.
 
         Raises:
             ValueError: What the conversion refuses, or one line naming
-                each option of ``backbone`` that contradicts the run.
+                each option of ``backbone`` that differs from the run.
         """
         out = super().convert_checkpoint(checkpoint, fmt, head, **options)
-        meta = out['meta'].get('official_lape')
-        if backbone is not None and meta:
-            run = OfficialRun.from_meta(meta)
-            wrong = backbone_contradictions(run, backbone)
+        recorded = recorded_backbone(out)
+        if backbone is not None and recorded:
+            wrong = model_differences(recorded[1], backbone)
             if wrong:
-                raise ValueError(contradiction_message(run, wrong, 'config'))
+                raise ValueError('the checkpoint ' +
+                                 another_model(wrong, recorded[0]))
         return out
 
     def check(self, state_dict: Mapping, spec: ViTSpec) -> None:

@@ -1,5 +1,6 @@
-"""mmengine's ``FlexibleRunner`` (DDP and FSDP as strategies) under mmlape's
-tools.
+"""The runner a tool builds: mmengine's ``FlexibleRunner`` (DDP and FSDP as
+strategies), checks on the built model, a fused optimizer where torch has
+one.
 
 References:
     mmengine 0.10.7's ``FlexibleRunner`` and strategies
@@ -21,7 +22,8 @@ checkpoint file, a DDP or FSDP strategy started without a launcher runs as
 one process, and a CPU run (gloo) gets CPU devices.
 :func:`when_model_built` runs a check on the built model, which under
 ``FlexibleRunner`` exists only inside ``train()`` / ``test()``, before any
-checkpoint is loaded.
+checkpoint is loaded. :func:`fit_fused_optimizer` drops ``fused=True``
+where torch has no fused kernel for the device.
 """
 from typing import Any, Callable, List, Optional
 
@@ -29,13 +31,12 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config
 
-from mmlape.utils.errors import one_line
+from mmlape.utils.errors import UsageError, one_line
 from mmlape.utils.strategies import strategy_refusal
-from .preflight import UsageError
 
 __all__ = [
-    'check_flexible_runner', 'fsdp_cpu_problem', 'is_flexible_runner',
-    'when_model_built'
+    'check_flexible_runner', 'fit_fused_optimizer', 'fsdp_cpu_problem',
+    'is_flexible_runner', 'when_model_built'
 ]
 
 #: The arguments every strategy takes (mmengine's ``BaseStrategy``).
@@ -217,3 +218,25 @@ def when_model_built(runner: Any, check: Callable[..., Any], *args,
         return model
 
     strategy.build_model = build_then_check
+
+
+def fit_fused_optimizer(cfg: Config, device: str) -> Optional[str]:
+    """Drop ``optim_wrapper.optimizer.fused=True`` where torch has no fused
+    kernel for the run's ``device``: the configs ask for fused AdamW (one
+    kernel for every parameter's update), which torch offers on CUDA, the
+    CPU and a few other devices.
+
+    Returns:
+        str, optional: What was changed, for the run's log; None when
+        nothing was.
+    """
+    optimizer = (cfg.get('optim_wrapper') or {}).get('optimizer')
+    if not isinstance(optimizer, dict) or not optimizer.get('fused'):
+        return None
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    supported = _get_fused_kernels_supported_devices()
+    if device in supported:
+        return None
+    optimizer.pop('fused')
+    return (f'optimizer {optimizer.get("type")}: torch has no fused kernel '
+            f'for {device} (only {supported}); using the unfused one')
