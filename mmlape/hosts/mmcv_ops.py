@@ -2,45 +2,29 @@
 of the models that need it.
 
 References:
-    mmcv 2.1.0's op wrappers (``mmcv/ops/multi_scale_deform_attn.py``,
-    ``roi_align.py``, ``nms.py``) and their kernels: the CUDA kernels of
-    deformable attention and RoIAlign dispatch float32, float64 and float16
-    (not bfloat16), NMS reads float32 only (open-mmlab/mmcv issues #2878,
-    #3061); ``torch.amp.custom_fwd(cast_inputs=torch.float32)``.
+    mmcv 2.1.0's ops and kernels: deformable attention and RoIAlign
+    dispatch float32, float64 and float16 (not bfloat16), NMS float32 only
+    (open-mmlab/mmcv issues #2878, #3061);
+    ``torch.amp.custom_fwd(cast_inputs=torch.float32)``.
 
-Under bfloat16 autocast on a GPU, Mask R-CNN's RoIAlign gets a bfloat16
-feature map and stops with a dtype error; NMS stops on any half-precision
-box. (mmlape's own deformable attention, ``DeformAttn``, runs its sampling
-in float32 itself.) mmdet's heads call these ops, so they cannot be given
-float32 from mmlape's models: inside :func:`float32_mmcv_ops`, the
-Functions of :data:`MMCV_FLOAT32_OPS` hand their kernels no float16 or
-bfloat16 tensor:
-
-- inside autocast of the inputs' device type (``cuda`` on a GPU, ``cpu`` in
-  the tests), floating inputs are cast to float32 and the op runs with
-  autocast disabled, as ``custom_fwd(cast_inputs=torch.float32)`` runs a
-  function;
-- outside autocast, an op that receives a float16/bfloat16 tensor computes
-  in float32;
-- either way the result comes back in the dtype of the op's first floating
-  input, as callers expect (mmdet's ``SingleRoIExtractor`` writes
-  RoIAlign's output into a tensor of the features' dtype);
-- float32 inputs without autocast run the op untouched, and the gradients
-  flow back in the inputs' own dtypes.
-
-The first use wraps the Functions' ``forward`` and ``backward`` once
-(:func:`install_float32_mmcv_ops`, keeping mmcv's as ``__wrapped__``);
-outside the context the wrappers call mmcv's functions as they are, so
-another model in the process runs mmcv's ops as mmcv ships them.
-:class:`Float32MmcvOpsHook` enters the context around each train, val and
-test step of a run's model: mmlape's Mask R-CNN configs name it, and
-mmlape's tools add it to every mmdet run (:func:`use_float32_mmcv_ops`).
+mmdet's heads call RoIAlign and NMS, which stop on bfloat16 (NMS on any
+half) tensors under autocast on a GPU. Inside :func:`float32_mmcv_ops`,
+the Functions of :data:`MMCV_FLOAT32_OPS` hand their kernels float32:
+floating inputs are cast to float32 and the op runs with autocast off
+(under autocast, or when an input is half); the result comes back in the
+dtype of the first floating input (mmdet's ``SingleRoIExtractor`` needs
+it) and the gradients in the inputs' dtypes; float32 without autocast
+runs untouched. The first use wraps the Functions once (mmcv's kept as
+``__wrapped__``); outside the context the wrappers call mmcv's, so other
+models run the ops as mmcv ships them. :class:`Float32MmcvOpsHook` opens
+the context around a run's steps. (``DeformAttn``, the ViT-Adapter's,
+runs its sampling in float32 itself.)
 """
 import contextlib
 import functools
 import importlib
-from typing import (Any, Callable, ContextManager, Iterator, List, NamedTuple,
-                    Optional, Tuple)
+from typing import (Any, Callable, Iterator, List, NamedTuple, Optional,
+                    Tuple)
 
 import torch
 from mmengine.hooks import Hook
@@ -98,13 +82,6 @@ def _to_dtype(value: Any, dtype: Optional[torch.dtype]) -> Any:
     return value
 
 
-def _no_autocast(device_type: str) -> ContextManager:
-    """Autocast of ``device_type`` off inside, when it is on."""
-    if _autocast_enabled(device_type):
-        return torch.autocast(device_type, enabled=False)
-    return contextlib.nullcontext()
-
-
 def _plan(args: tuple, kwargs: dict) -> Optional[_Plan]:
     """``None`` when the op can run as it is, else how to run it."""
     if not _ACTIVE:
@@ -133,7 +110,7 @@ def _wrap_forward(forward: Callable) -> Callable:
             return forward(ctx, *args, **kwargs)
         args = tuple(_to_float32(a) for a in args)
         kwargs = {k: _to_float32(v) for k, v in kwargs.items()}
-        with _no_autocast(plan.device_type):
+        with torch.autocast(plan.device_type, enabled=False):
             out = forward(ctx, *args, **kwargs)
         if isinstance(out, tuple):
             return tuple(_to_dtype(o, plan.out_dtype) for o in out)
@@ -150,7 +127,7 @@ def _wrap_backward(backward: Callable) -> Callable:
         plan = getattr(ctx, _PLAN, None)
         if plan is None:
             return backward(ctx, *grads)
-        with _no_autocast(plan.device_type):
+        with torch.autocast(plan.device_type, enabled=False):
             out = backward(ctx, *(_to_float32(g) for g in grads))
         if not isinstance(out, tuple):
             return _to_dtype(out, plan.in_dtypes[0])

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT, demo_options, run
+from conftest import ROOT, demo_options, one_line_error, run
 
 import mmlape  # noqa: F401
 from mmlape.analysis import build_from_config
@@ -41,18 +41,6 @@ def options(data, *extra):
     return demo_options(
         data, 1, batch_size=4,
         warmup=1) + [f'experiment_name=t{time.monotonic_ns()}', *extra]
-
-
-def one_line_error(main, argv, capsys):
-    """Run a tool in process; return its one-line error (exit status 2)."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    err = capsys.readouterr().err
-    assert info.value.code == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith('error: '), err
-    return lines[0]
 
 
 @pytest.fixture(scope='module')

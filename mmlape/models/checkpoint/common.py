@@ -27,10 +27,10 @@ from ..layers.pos_embed import resize_pos_embed
 from .recorded import another_model, model_differences, recorded_backbone
 
 __all__ = [
-    'BACKBONE_PREFIX', 'Layout', 'Converted', 'CheckpointFamily',
-    'unwrap_state_dict', 'strip_prefix', 'select_backbone', 'rename_keys',
-    'table_rules', 'is_square', 'check_pe_width', 'fit_patch_rows',
-    'load_and_report'
+    'check_pe_norms', 'BACKBONE_PREFIX', 'Layout', 'Converted',
+    'CheckpointFamily', 'unwrap_state_dict', 'strip_prefix', 'select_backbone',
+    'rename_keys', 'table_rules', 'is_square', 'check_pe_width',
+    'fit_patch_rows', 'load_and_report'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -206,6 +206,24 @@ def check_pe_width(src: Tensor, shape: Tuple[int, ...], key: str) -> None:
             f'Checkpoint does not fit: its {key} has shape '
             f'{tuple(src.shape)} but this model has {tuple(shape)} '
             f'(embed_dims {shape[-1]}). Use a checkpoint of the same width.')
+
+
+def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
+                   join: str) -> None:
+    """The modules that own a PE norm (``{owner}.pe_norm.*``) must be the
+    model's ``owners``: another join's file (no PE norms for a LaPE model)
+    does not fit. An MPVG file may initialise a PVG model (its
+    ``pe_join.last_norm`` is reported as unexpected)."""
+    found = sorted(
+        {k.rsplit('.pe_norm.', 1)[0]
+         for k in state_dict if '.pe_norm.' in k})
+    if found != sorted(owners):
+        raise ValueError(
+            f'Checkpoint does not fit the join: it has PE norms in '
+            f'{len(found)} blocks but this model (pe_join.type={join!r}) '
+            f'has them in {len(owners)}. Initialise from a checkpoint '
+            f'trained with the same join (e.g. a LaPE ImageNet checkpoint '
+            f'for a LaPE model, an MPVG one for PVG/MPVG).')
 
 
 def fit_patch_rows(src: Tensor, num_extra: int, grid: Tuple[int, int],

@@ -23,8 +23,8 @@ from mmengine.logging import print_log
 from torch import Tensor
 
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
-                     check_pe_width, fit_patch_rows, is_square, rename_keys,
-                     select_backbone, strip_prefix, table_rules)
+                     check_pe_norms, check_pe_width, fit_patch_rows, is_square,
+                     rename_keys, select_backbone, strip_prefix, table_rules)
 from .official_lape import (LAPE_REL_INDEX, LAPE_REL_NORM, PE_NORM_KEY,
                             check_run_weights, convert_lape_relative,
                             drop_fixed_pe, options_text, read_official_run,
@@ -415,22 +415,9 @@ class ViTCheckpoints(CheckpointFamily):
 
     def check(self, state_dict: Mapping, spec: ViTSpec) -> None:
         """The layers that own a PE norm (``blocks.{i}.pe_norm``) must be
-        the same in the checkpoint and in the model. An MPVG checkpoint may
-        initialise a PVG model (its ``pe_join.last_norm`` is then reported
-        as unexpected): that is how MPVG reaches a backbone without a final
-        norm."""
-        found = sorted({
-            int(m.group(1))
-            for m in (PE_NORM_KEY.match(k) for k in state_dict) if m
-        })
-        if found != list(spec.pe_norm_layers):
-            raise ValueError(
-                f'Checkpoint does not fit the join: it has PE norms '
-                f'(blocks.{{i}}.pe_norm) in layers {found} but this model '
-                f'(pe_join.type={spec.join!r}) has them in layers '
-                f'{list(spec.pe_norm_layers)}. Initialise from a checkpoint '
-                f'trained with the same join (e.g. a LaPE ImageNet '
-                f'checkpoint for a LaPE model, an MPVG one for PVG/MPVG).')
+        the model's (:func:`~.common.check_pe_norms`)."""
+        check_pe_norms(state_dict,
+                       [f'blocks.{i}' for i in spec.pe_norm_layers], spec.join)
 
     def fit(self, state_dict: Dict[str, Tensor], prefix: str,
             spec: ViTSpec) -> List[str]:
