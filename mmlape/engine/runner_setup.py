@@ -1,29 +1,14 @@
-"""The runner a tool builds: mmengine's ``FlexibleRunner`` (DDP and FSDP as
-strategies), checks on the built model, a fused optimizer where torch has
-one.
+"""The runner a tool builds: mmengine's ``FlexibleRunner`` strategies
+completed and checked (:func:`check_flexible_runner`), checks on the built
+model (:func:`when_model_built`), a fused optimizer where torch has one.
 
 References:
     mmengine 0.10.7's ``FlexibleRunner`` and strategies
-    (``mmengine._strategy``): the runner keeps the model as a config until
-    ``train()``, ``val()`` or ``test()``, where ``strategy.prepare`` builds
-    it (``strategy.build_model``), wraps it and only then loads or resumes a
-    checkpoint. ``DDPStrategy`` wraps with ``device_ids=[LOCAL_RANK]`` and
-    ``FSDPStrategy`` with ``device_id=LOCAL_RANK``, both CUDA devices;
-    FSDP's full state dict with ``offload_to_cpu=True`` crashes a CPU
-    process (torch 2.13, measured: a segmentation fault on rank 0), and
-    its ``--resume`` fails with torch >= 2.1 (run as
-    :class:`~mmlape.engine.strategies.LaPEFSDPStrategy`).
-
-:func:`check_flexible_runner` checks and completes a ``FlexibleRunner``
-config before the runner is built: strategies whose checkpoints are
-folders are refused with one line
-(:func:`~mmlape.utils.strategies.strategy_refusal`), FSDP saves one full
-checkpoint file, a DDP or FSDP strategy started without a launcher runs as
-one process, and a CPU run (gloo) gets CPU devices.
-:func:`when_model_built` runs a check on the built model, which under
-``FlexibleRunner`` exists only inside ``train()`` / ``test()``, before any
-checkpoint is loaded. :func:`fit_fused_optimizer` drops ``fused=True``
-where torch has no fused kernel for the device.
+    (``mmengine._strategy``): the model stays a config until ``train()``,
+    ``val()`` or ``test()``, where ``strategy.prepare`` builds and wraps it
+    and then loads a checkpoint; DDP and FSDP wrap with CUDA devices; on
+    the CPU, FSDP's full state dict with ``offload_to_cpu=True`` crashes
+    rank 0 (torch 2.13, measured).
 """
 from typing import Any, Callable, List, Optional
 

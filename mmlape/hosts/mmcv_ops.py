@@ -23,8 +23,7 @@ runs its sampling in float32 itself.)
 import contextlib
 import functools
 import importlib
-from typing import (Any, Callable, Iterator, List, NamedTuple, Optional,
-                    Tuple)
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 from mmengine.hooks import Hook

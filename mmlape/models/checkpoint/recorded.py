@@ -108,23 +108,16 @@ def recorded_backbone(ckpt: Any) -> Optional[Tuple[str, dict]]:
 
 def _options(cls: type) -> Dict[str, Any]:
     """A join class's options (what a config may set) and defaults."""
-    return {
-        k: v
-        for k, v in init_defaults(cls).items()
-        if k not in CONTEXT_ARGS and k != 'kwargs'
-    }
+    skip = CONTEXT_ARGS + ('kwargs', )
+    return {k: v for k, v in init_defaults(cls).items() if k not in skip}
 
 
 def _join(cfg: Any) -> Dict[str, Any]:
     """A join config (or a built join) as ``dict(type=name, **options)``,
     options not given filled in with the class's defaults."""
     if isinstance(cfg, BasePEJoin):
-        return dict(
-            type=cfg.name,
-            **{
-                k: getattr(cfg, k)
-                for k in _options(type(cfg)) if hasattr(cfg, k)
-            })
+        names = [k for k in _options(type(cfg)) if hasattr(cfg, k)]
+        return dict(type=cfg.name, **{k: getattr(cfg, k) for k in names})
     try:
         cls, options = resolve_pe_join(cfg)
     except (ValueError, TypeError):  # a join this process does not know
@@ -190,19 +183,11 @@ def model_differences(recorded: Mapping,
         if field == 'pe_join' and a['type'] == b['type']:
             keys = [k for k in a if a[k] is not None and b.get(k) is not None]
             a, b = ({k: d[k] for k in keys} for d in (a, b))
-        if _tuples(a) != _tuples(b):
+        if a != b:
             out.append((field, _show(a), _show(b)))
             if field == 'type':
                 break
     return out
-
-
-def _tuples(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(_tuples(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
-    return value
 
 
 def another_model(differences: List[Tuple[str, str, str]],
