@@ -305,7 +305,8 @@ def detection_report(config, checkpoint, num_images=16):
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
 
-    import mmlape  # noqa: F401
+    import mmlape.hosts
+    mmlape.hosts.apply()  # mmengine reads the run's checkpoint safely
     init_default_scope('mmdet')
     cfg = Config.fromfile(config)
     model = MODELS.build(cfg.model)

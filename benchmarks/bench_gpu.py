@@ -240,7 +240,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from mmengine.logging import MMLogger
 
-    import mmlape  # noqa: F401  (registers the models)
+    import mmlape.hosts  # registers the models
+    mmlape.hosts.apply()  # mmpretrain beside transformers 5, as the tools
 
     # the current logger: mmengine's messages (weight init summaries) only
     # from warnings up

@@ -11,12 +11,16 @@ under ``default_scope`` mmpretrain, mmdet and mmseg alike (the ``LaPE``
 prefix keeps the names apart from the hosts'). The ``mmlape`` registries
 resolve a name they do not hold in the innermost host scope, so configs
 inheriting ``_base_ = 'mmlape::...'`` (whose dicts mmengine stamps with
-``_scope_='mmlape'``) build as the host would.
+``_scope_='mmlape'``) build as the host would. mmengine finds the config
+files of such a base through its table of packages (``MODULE2PACKAGE``),
+which gets mmlape's entry here, as an OpenMMLab package has one: an entry
+of a registration table, not a change of mmengine's behaviour.
 """
 from importlib import import_module
 from typing import Callable, Optional, Type
 
 import mmengine.registry as mmengine_registry
+from mmengine.config.utils import MODULE2PACKAGE
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import DefaultScope, Registry
 
@@ -26,6 +30,9 @@ __all__ = [
 ]
 
 SCOPE = 'mmlape'
+# mmengine resolves ``pkg::path`` bases for the packages of this table;
+# mmlape's configs are installed in mmlape/.mim/configs (see setup.py).
+MODULE2PACKAGE.setdefault(SCOPE, 'mmlape')
 
 
 def host_scope() -> Optional[str]:
@@ -76,7 +83,7 @@ MODELS = _ScopeRegistry(
 #: host scope, so that configs inheriting ``mmlape::`` bases build.
 #: ``_LOCATIONS``: where the registries holding mmlape's classes find them.
 _LOCATIONS = {
-    'hook': ['mmlape.engine.hooks'],
+    'hook': ['mmlape.engine.hooks', 'mmlape.hosts.mmcv_ops'],
     'transform': ['mmlape.datasets.transforms'],
 }
 SCOPE_REGISTRIES = {'model': MODELS}

@@ -92,6 +92,18 @@ def pytest_runtest_setup(item):
     seed_everything()
 
 
+@pytest.fixture(scope='session')
+def hosts_applied():
+    """mmlape's adjustments of the host libraries, applied as the tools
+    apply them (:func:`mmlape.hosts.apply`; ``import mmlape`` applies none):
+    for tests that run mmengine's runner on its own checkpoints, read them
+    with a plain ``torch.load`` or use mmpretrain's hub by name
+    (``pytestmark = pytest.mark.usefixtures('hosts_applied')``). The
+    adjustments stay for the rest of the session, as in a tool's process."""
+    import mmlape.hosts
+    mmlape.hosts.apply()
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     """Seed again after the wider fixtures, before the test's own: a test

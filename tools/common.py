@@ -257,9 +257,11 @@ def _rank_and_size(launcher):
 
 
 def setup_runner(cfg, phases):
-    """Check the device, the launcher, the work dir (a training run holds
-    it), the data and its labels, set the loader workers, prepare CPU
-    distributed runs, ``FlexibleRunner`` strategies, compiling and the
+    """Apply mmlape's adjustments of the host libraries
+    (:func:`mmlape.hosts.apply`; float32 mmcv ops during the steps of an
+    mmdet model), check the device, the launcher, the work dir (a training
+    run holds it), the data and its labels, set the loader workers, prepare
+    CPU distributed runs, ``FlexibleRunner`` strategies, compiling and the
     optimizer, and build the runner, whose log files are watched
     (:class:`~mmlape.engine.hooks.WorkDirGuardHook`); a run on the CPU and
     the workers it starts are said once in its log."""
@@ -268,22 +270,27 @@ def setup_runner(cfg, phases):
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
-    import mmlape  # noqa: F401  (models, safe checkpoint loading)
-    from mmlape.apis import (apply_auto_num_workers, check_dataset_labels,
-                             check_dataset_paths, check_flexible_runner,
-                             check_launcher_env, check_work_dir,
-                             fit_fused_optimizer, register_scope_modules,
-                             setup_cpu_distributed, use_checked_image_loading,
-                             use_checked_label_maps)
-    from mmlape.apis.quiet import quiet_host_notices, quiet_logger
+    import mmlape  # noqa: F401  (registers the models)
+    from mmlape import hosts
+    from mmlape.apis import register_scope_modules
+    from mmlape.datasets.checks import (check_dataset_paths,
+                                        use_checked_image_loading)
+    from mmlape.datasets.labels import (check_dataset_labels,
+                                        use_checked_label_maps)
     from mmlape.engine.compile import use_compile_hook
     from mmlape.engine.hooks import WorkDirGuardHook
-    from mmlape.utils.work_dir import lock_work_dir, work_dir_error
+    from mmlape.engine.loader_workers import apply_auto_num_workers
+    from mmlape.engine.runner_setup import (check_flexible_runner,
+                                            fit_fused_optimizer)
+    from mmlape.utils.work_dir import (check_work_dir, lock_work_dir,
+                                       work_dir_error)
+    hosts.apply()
     allowed = check_device()
-    quiet_host_notices()
+    hosts.quiet_host_notices()
     register_scope_modules(cfg)
-    check_launcher_env(cfg.launcher)
+    hosts.check_launcher_env(cfg.launcher)
     use_compile_hook(cfg)
+    hosts.use_float32_mmcv_ops(cfg)
     unfused = fit_fused_optimizer(cfg, get_device())
     check_work_dir(cfg.work_dir)
     rank, world_size = _rank_and_size(cfg.launcher)
@@ -296,7 +303,7 @@ def setup_runner(cfg, phases):
     use_checked_image_loading(cfg, phases)
     use_checked_label_maps(cfg, phases)
     workers = apply_auto_num_workers(cfg)
-    on_cpu = setup_cpu_distributed(cfg)
+    on_cpu = hosts.setup_cpu_distributed(cfg)
     notes = check_flexible_runner(cfg, on_cpu, world_size)
     try:  # the runner writes its log and a copy of the config
         runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
@@ -309,7 +316,7 @@ def setup_runner(cfg, phases):
     guard = WorkDirGuardHook()
     guard.watch(runner)
     runner.register_hook(guard)
-    quiet_logger(runner.logger)
+    hosts.quiet_logger(runner.logger)
     for note in notes:
         runner.logger.info(note)
     if unfused:

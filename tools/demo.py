@@ -114,8 +114,10 @@ def main(argv=None):
     import warnings
     warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
     args = parse_args(argv)
+    import mmlape.hosts
     from mmlape.analysis import plot_similarity_grid, token_similarity_maps
     from mmlape.datasets import generate_pos_shapes
+    mmlape.hosts.apply()
 
     start = time.time()
     work_dir = osp.abspath(args.work_dir)

@@ -171,7 +171,8 @@ def main(argv=None):
         runner = setup_runner(cfg, ('test', ))
         if args.amp:
             predict_in_float32(runner)
-        from mmlape.apis import check_checkpoint_fits, when_model_built
+        from mmlape.apis import check_checkpoint_fits
+        from mmlape.engine.runner_setup import when_model_built
         when_model_built(runner, check_checkpoint_fits, args.checkpoint,
                          'checkpoint', cfg)
     with fail(running=True):

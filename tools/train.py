@@ -79,8 +79,8 @@ def main(argv=None):
         cfg = build_cfg(args)
         phases = ('train', ) if args.no_validate else ('train', 'val')
         runner = setup_runner(cfg, phases)
-        from mmlape.apis import (check_checkpoint_fits, note_finetune_sources,
-                                 when_model_built)
+        from mmlape.apis import check_checkpoint_fits, note_finetune_sources
+        from mmlape.engine.runner_setup import when_model_built
         if cfg.resume and cfg.load_from:
             when_model_built(runner, check_checkpoint_fits, cfg.load_from,
                              '--resume', cfg)

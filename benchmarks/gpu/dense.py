@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 from small_dense import model_overrides
 
+from mmlape.hosts import float32_mmcv_ops
 from .common import (ROOT, Bench, fmt_mem, fmt_rate, fmt_ratio, free,
                      join_class, join_names, peak_memory)
 
@@ -118,7 +119,8 @@ def dense_step(bench: Bench, model: nn.Module, opt, data: Dict,
 
     def step():
         batch = model.data_preprocessor(data, True)
-        with bench.autocast(bench.dense_dtype):
+        # RoIAlign and NMS in float32, as Float32MmcvOpsHook runs a step
+        with float32_mmcv_ops(), bench.autocast(bench.dense_dtype):
             loss, _ = model.parse_losses(model(**batch, mode='loss'))
         scaler.scale(loss).backward()
         scaler.step(opt)

@@ -1,37 +1,20 @@
-"""What the tools (``tools/``) and :mod:`mmlape.analysis` share: checks of
-a run's inputs (:mod:`.preflight`) and its labels (:mod:`.labels`),
-distributed runs on CPUs and launchers (:mod:`.dist`), mmengine's
-``FlexibleRunner`` (:mod:`.flexible`), the checkpoint to resume
-(:mod:`.resume`) and the model a checkpoint records (:mod:`.model_check`),
-and the loader workers a run starts (:mod:`.loader_workers`).
+"""What the tools (``tools/``) and :mod:`mmlape.analysis` share: a run's
+config (:mod:`.preflight`), the checkpoint to resume (:mod:`.resume`) and
+whether a checkpoint is the run's model (:mod:`.model_check`). The checks
+of a run's data live in :mod:`mmlape.datasets` (``checks``, ``labels``),
+the runner's setup in :mod:`mmlape.engine.runner_setup`, the adjustments
+of the host libraries in :mod:`mmlape.hosts`.
 
-This floor sits above :mod:`mmlape.models` and beside
-:mod:`mmlape.engine`: it may import both the models and the utilities, and
-nothing below it imports it.
+This floor sits above :mod:`mmlape.models` and :mod:`mmlape.datasets`,
+beside :mod:`mmlape.engine` and :mod:`mmlape.hosts`: nothing below it
+imports it.
 """
-from .dist import check_launcher_env, setup_cpu_distributed, slurm_to_torch_env
-from .flexible import (check_flexible_runner, is_flexible_runner,
-                       when_model_built)
-from .labels import (check_dataset_labels, model_num_classes,
-                     use_checked_label_maps)
-from .loader_workers import (apply_auto_num_workers, auto_num_workers,
-                             cpus_per_process, local_world_size)
-from .model_check import (COMPARED_FIELDS, backbone_differences,
-                          check_checkpoint_fits, note_finetune_sources,
-                          recorded_model)
-from .preflight import (UsageError, check_dataset_paths, check_work_dir,
-                        fit_fused_optimizer, merge_cfg_options,
-                        register_scope_modules, use_checked_image_loading)
+from .model_check import check_checkpoint_fits, note_finetune_sources
+from .preflight import UsageError, merge_cfg_options, register_scope_modules
 from .resume import find_resume_checkpoint, is_complete_checkpoint
 
 __all__ = [
-    'COMPARED_FIELDS', 'UsageError', 'apply_auto_num_workers',
-    'auto_num_workers', 'backbone_differences', 'cpus_per_process',
-    'local_world_size', 'check_checkpoint_fits', 'check_dataset_labels',
-    'check_dataset_paths', 'check_flexible_runner', 'check_launcher_env',
-    'check_work_dir', 'find_resume_checkpoint', 'fit_fused_optimizer',
-    'is_complete_checkpoint', 'is_flexible_runner', 'merge_cfg_options',
-    'model_num_classes', 'note_finetune_sources', 'recorded_model',
-    'register_scope_modules', 'setup_cpu_distributed', 'slurm_to_torch_env',
-    'use_checked_image_loading', 'use_checked_label_maps', 'when_model_built'
+    'UsageError', 'check_checkpoint_fits', 'find_resume_checkpoint',
+    'is_complete_checkpoint', 'merge_cfg_options', 'note_finetune_sources',
+    'register_scope_modules'
 ]

@@ -10,7 +10,8 @@ References:
     measured with torch 2.13).
 
 The tools run a config's ``FSDPStrategy`` as :class:`LaPEFSDPStrategy`
-(:func:`~mmlape.apis.check_flexible_runner`), which changes nothing else.
+(:func:`~.runner_setup.check_flexible_runner`), which changes nothing
+else.
 """
 import inspect
 

@@ -16,7 +16,7 @@ any other exception is a bug and keeps its traceback.
 __all__ = [
     'InputError', 'ConfigError', 'CheckpointError', 'CheckpointNotFoundError',
     'CheckpointPermissionError', 'CheckpointSaveError', 'DataError',
-    'WorkDirError', 'WorkDirInUseError', 'one_line'
+    'UsageError', 'WorkDirError', 'WorkDirInUseError', 'one_line'
 ]
 
 
@@ -27,6 +27,11 @@ class InputError(Exception):
 class ConfigError(InputError, ValueError):
     """A config value, a ``--cfg-options`` entry or a command-line flag that
     cannot be used."""
+
+
+class UsageError(ConfigError):
+    """A wrong command-line argument, config value or path; tools print it
+    without a traceback and exit with status 2."""
 
 
 class CheckpointError(InputError, ValueError):

@@ -8,12 +8,14 @@ References:
 torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine 0.10.7
 calls ``torch.load`` without that argument, so resuming, ``load_from`` and
 testing fail on the few non-tensor objects an mmengine checkpoint carries.
-mmlape keeps ``weights_only=True`` and allow-lists exactly those objects. A
-checkpoint that carries anything else is refused with
-:class:`UnsafeCheckpointError`, which names the file and the offending
-globals. A file that is not a checkpoint at all (empty, truncated, random
-bytes, damaged) is refused with :class:`~mmlape.utils.errors.CheckpointError`
-naming the file and the reason, before torch reads it.
+:func:`safe_torch_load` keeps ``weights_only=True`` and allow-lists exactly
+those objects while it reads (:func:`mmlape.hosts.install_safe_loading`
+makes mmengine read local files with it). A checkpoint that carries
+anything else is refused with :class:`UnsafeCheckpointError`, which names
+the file and the offending globals. A file that is not a checkpoint at
+all (empty, truncated, random bytes, damaged) is refused with
+:class:`~mmlape.utils.errors.CheckpointError` naming the file and the
+reason, before torch reads it.
 """
 import argparse
 import os.path as osp
@@ -21,7 +23,7 @@ import pickle
 import re
 import struct
 import zipfile
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
@@ -30,7 +32,7 @@ from .errors import CheckpointError, CheckpointNotFoundError
 
 __all__ = [
     'UnsafeCheckpointError', 'check_checkpoint_file', 'openmmlab_safe_globals',
-    'safe_torch_load', 'install_safe_loading'
+    'safe_torch_load'
 ]
 
 
@@ -182,6 +184,15 @@ def safe_torch_load(filename: str,
     """
     filename = str(filename)
     check_checkpoint_file(filename)
+    allowed = set(torch.serialization.get_safe_globals())
+    # torch's context removes its globals on exit: give it only the ones
+    # the process does not allow already
+    missing = [g for g in openmmlab_safe_globals() if g not in allowed]
+    with torch.serialization.safe_globals(missing):
+        return _load(filename, map_location, mmap)
+
+
+def _load(filename: str, map_location: Optional[Any], mmap: bool) -> Any:
     try:
         return torch.load(
             filename,
@@ -209,27 +220,3 @@ def safe_torch_load(filename: str,
             else type(err).__name__
         raise CheckpointError(f'checkpoint "{filename}" cannot be read: it '
                               f'is damaged ({reason})') from None
-
-
-def _load_from_local(filename: str, map_location: Optional[Any] = None) -> Any:
-    filename = osp.expanduser(filename)
-    return safe_torch_load(filename, map_location=map_location)
-
-
-_INSTALLED = False
-
-
-def install_safe_loading() -> None:
-    """Allow-list OpenMMLab globals and make mmengine load local files safely.
-
-    Called when :mod:`mmlape` is imported; calling it again does nothing.
-    ``weights_only`` stays on for every ``torch.load`` in the process.
-    """
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    torch.serialization.add_safe_globals(openmmlab_safe_globals())
-    from mmengine.runner.checkpoint import CheckpointLoader
-    loader: Callable = _load_from_local
-    CheckpointLoader.register_scheme(prefixes='', loader=loader, force=True)
-    _INSTALLED = True

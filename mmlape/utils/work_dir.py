@@ -7,10 +7,12 @@ References:
     ``logging`` module's ``Handler.handleError``, which prints a traceback
     ("--- Logging error ---") for every record a handler fails to write.
 
-:func:`lock_work_dir` keeps a second run out of a work dir that an active
-run holds: the lock file ``.mmlape-run.lock`` names the holder (process,
-host, start, command) and the message names it. A run that crashed or was
-killed holds nothing, so ``--resume`` after a crash starts as before.
+:func:`check_work_dir` makes sure the work dir can be written before a
+run starts. :func:`lock_work_dir` keeps a second run out of a work dir
+that an active run holds: the lock file ``.mmlape-run.lock`` names the
+holder (process, host, start, command) and the message names it. A run
+that crashed or was killed holds nothing, so ``--resume`` after a crash
+starts as before.
 
 :func:`work_dir_error` turns an OS error on a file of the work dir (no
 space, a quota, no permission, a read-only file system) into one
@@ -28,16 +30,17 @@ import os
 import os.path as osp
 import socket
 import sys
+import tempfile
 import time
 from typing import Dict, Optional, Tuple
 
 from .errors import (CheckpointPermissionError, CheckpointSaveError,
-                     WorkDirError, WorkDirInUseError)
+                     UsageError, WorkDirError, WorkDirInUseError)
 
 __all__ = [
     'LOCK_NAME', 'WRITE_ERRNOS', 'LogWriteGuard', 'WorkDirLock',
-    'intact_checkpoint', 'lock_work_dir', 'release_work_dir_locks',
-    'work_dir_error', 'write_error'
+    'check_work_dir', 'intact_checkpoint', 'lock_work_dir',
+    'release_work_dir_locks', 'work_dir_error', 'write_error'
 ]
 
 #: The lock file in a work dir.
@@ -47,6 +50,8 @@ LOCK_NAME = '.mmlape-run.lock'
 #: file name counts as one on the work dir only when it is one of these.
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES,
                 errno.EPERM, errno.EROFS)
+#: Those that mean "no room".
+_NO_ROOM = WRITE_ERRNOS[:3]
 
 
 def intact_checkpoint(work_dir: str) -> str:
@@ -165,6 +170,40 @@ class WorkDirLock:
 
 #: Locks this process holds, by the work dir's real path.
 _HELD: Dict[str, WorkDirLock] = {}
+
+
+def check_work_dir(work_dir: str) -> None:
+    """Create the work dir and make sure files can be written in it: a
+    small file (64 KiB) is written and flushed to disk, so that a full disk
+    or an exhausted quota shows here, not while the runner writes its
+    config copy.
+
+    Raises:
+        UsageError: The work dir is under a file, cannot be created, or
+            cannot be written; the message names it and the reason (and,
+            for lack of space, the checkpoint that is intact).
+    """
+    path = parent = osp.abspath(work_dir)
+    while not osp.exists(parent) and osp.dirname(parent) != parent:
+        parent = osp.dirname(parent)
+    if not osp.isdir(parent):
+        raise UsageError(f'work dir "{work_dir}" cannot be created: '
+                         f'"{parent}" is a file')
+    for action in ('created', 'written'):
+        try:
+            if action == 'created':
+                os.makedirs(path, exist_ok=True)
+            else:
+                with tempfile.TemporaryFile(dir=path) as f:
+                    f.write(bytes(1 << 16))
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError as err:
+            intact = ''
+            if err.errno in _NO_ROOM:
+                intact = f'; {intact_checkpoint(path)}'
+            raise UsageError(f'work dir "{work_dir}" cannot be {action}: '
+                             f'{err.strerror}{intact}') from None
 
 
 def _holder(fd: int) -> Dict[str, str]:

@@ -198,6 +198,8 @@ open(path, "w").write(os.getcwd() + "\n")'
 "$PY" - <<'EOF'
 import importlib.metadata as md
 import torch
+import mmlape.hosts  # as the tools: mmpretrain imports beside transformers 5
+mmlape.hosts.apply()
 import mmcv, mmdet, mmengine, mmpretrain, mmseg  # noqa: F401
 import mmlape  # noqa: F401
 from mmcv.ops.multi_scale_deform_attn import (

@@ -23,15 +23,17 @@ from mmengine.runner import Runner
 sys.path.insert(0, ROOT)  # tools.common
 
 import mmlape  # noqa: F401
-from mmlape.apis import (backbone_differences, find_resume_checkpoint,
-                         is_complete_checkpoint, recorded_model)
+from mmlape.apis import find_resume_checkpoint, is_complete_checkpoint
 from mmlape.datasets import generate_pos_shapes
 from mmlape.engine.hooks import (PARTIAL_PREFIX, AtomicCheckpointHook,
                                  AtomicLocalBackend)
+from mmlape.models.checkpoint.recorded import model_differences, recorded_model
 from mmlape.utils.errors import CheckpointError
 from mmlape.utils.safe_load import safe_torch_load
 
 DEMO = 'configs/demo/deit-demo_pos-shapes.py'
+#: Runners resume in this process: the tools' safe loading.
+pytestmark = pytest.mark.usefixtures('hosts_applied')
 
 
 def test_every_config_saves_with_the_atomic_hook():
@@ -470,18 +472,29 @@ def test_recorded_model_is_read_without_running_it(tmp_path):
     ('pe_join', dict(pe_join='MPVG'),
      dict(pe_join=dict(type='MPVG', last_pe_source=3))),
     ('pe_type', dict(), dict(pe_type='sincos2d')),
-    ('with_cls_token', dict(with_cls_token=True), dict(with_cls_token=False)),
-    ('arch', dict(arch='deit-tiny'), dict(arch='deit-small')),
-    ('img_size', dict(img_size=224), dict(img_size=(224, 384))),
     ('type', dict(arch='deit-small'), dict(
         type='LaPEViTAdapter', arch='small')),
 ])
 def test_backbone_differences_name_the_field(field, recorded, current):
     a = dict(dict(type='LaPEViT'), **recorded)
     b = dict(dict(type='LaPEViT'), **current)
-    diffs = backbone_differences(a, b)
+    diffs = model_differences(a, b)
     assert [d[0] for d in diffs] == [field]
     assert diffs[0][1] != diffs[0][2]
+
+
+@pytest.mark.parametrize('recorded, current', [
+    (dict(with_cls_token=True), dict(with_cls_token=False)),
+    (dict(arch='deit-tiny'), dict(arch='deit-small')),
+    (dict(img_size=224), dict(img_size=(224, 384))),
+])
+def test_what_the_weights_show_is_left_to_the_strict_load(recorded, current):
+    """The class token, the arch and a learnable PE's size change the keys
+    or shapes (tests/apis/test_recorded_model.py: refused by the strict
+    load)."""
+    assert model_differences(
+        dict(type='LaPEViT', **recorded), dict(type='LaPEViT',
+                                               **current)) == []
 
 
 def test_backbone_differences_fill_in_defaults():
@@ -499,7 +512,7 @@ def test_backbone_differences_fill_in_defaults():
         (dict(img_size=224), dict(img_size=[224, 224])),
     ]
     for a, b in same:
-        assert backbone_differences(
+        assert model_differences(
             dict(type='LaPEViT', **a), dict(type='mmlape.LaPEViT', **b)) == []
 
 

@@ -1,6 +1,8 @@
 """mmpretrain's model APIs know mmlape's configs (issue 21, req. 5):
 ``list_models``, ``get_model`` and ``inference_model`` by name, in either
-import order, without ``import mmlape`` importing mmpretrain."""
+import order, once :func:`mmlape.hosts.install_mmpretrain_hub` (or
+:func:`mmlape.hosts.apply`, as the tools call it) has run, without
+importing mmpretrain itself."""
 import sys
 import textwrap
 
@@ -11,7 +13,7 @@ import yaml
 from conftest import ROOT, run
 from mmengine.config import Config
 
-from mmlape.apis import hub
+from mmlape.hosts import hub
 
 DEMO = 'deit-demo-lape_pos-shapes'  # 32x32, 4 classes: fast to build
 #: mmlape names that are also mmpretrain's own models.
@@ -71,9 +73,8 @@ def test_registration_keeps_mmpretrain_names_and_states_tasks():
 
 
 def test_mmpretrain_apis_by_name():
+    hub.install_mmpretrain_hub()  # as an entry point does, first
     from mmpretrain import get_model, inference_model, list_models
-
-    import mmlape  # noqa: F401
     assert DEMO in list_models('deit-demo')
     assert 'deit-tiny-mpvg_4xb256_in1k' in list_models(
         'deit-tiny', task='Image Classification')
@@ -109,14 +110,16 @@ ORDER = textwrap.dedent('''
     import sys
     first = sys.argv[1]
     if first == 'mmlape':
-        import mmlape
+        import mmlape, mmlape.hosts
+        mmlape.hosts.apply()
         assert 'mmpretrain' not in sys.modules, 'mmlape imported mmpretrain'
         import mmpretrain
     else:
         import mmpretrain
         # mmpretrain's own index read before mmlape is imported
         assert 'resnet50_8xb32_in1k' in mmpretrain.list_models('resnet50')
-        import mmlape
+        import mmlape, mmlape.hosts
+        mmlape.hosts.apply()
     from mmpretrain import get_model, list_models
     names = list_models('deit-tiny')
     assert 'deit-tiny-lape_4xb256_in1k' in names, names
@@ -139,9 +142,9 @@ def test_either_import_order(first):
 
 
 def test_the_hub_module_imports_no_host_library():
-    """``import mmlape`` only arranges the registration (the subprocess
-    tests above check ``sys.modules``); the module's own imports are
-    mmlape's and the standard library's."""
+    """Installing only arranges the registration (the subprocess tests
+    above check ``sys.modules``); the module's own imports are mmlape's and
+    the standard library's."""
     src = open(hub.__file__).read()
     top = [
         line for line in src.splitlines()
@@ -151,5 +154,5 @@ def test_the_hub_module_imports_no_host_library():
         'import copy', 'import functools', 'import os',
         'import os.path as osp', 'import sys',
         'from typing import Dict, List, Optional',
-        'from mmlape.utils.host_compat import after_import'
+        'from .imports import after_import'
     ]

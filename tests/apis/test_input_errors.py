@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT, demo_options, run
+from conftest import ROOT, demo_options, one_line_error, run
 
 import mmlape  # noqa: F401
 from mmlape.analysis import build_from_config
@@ -41,18 +41,6 @@ def options(data, *extra):
     return demo_options(
         data, 1, batch_size=4,
         warmup=1) + [f'experiment_name=t{time.monotonic_ns()}', *extra]
-
-
-def one_line_error(main, argv, capsys):
-    """Run a tool in process; return its one-line error (exit status 2)."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    err = capsys.readouterr().err
-    assert info.value.code == 2, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith('error: '), err
-    return lines[0]
 
 
 @pytest.fixture(scope='module')
@@ -294,14 +282,19 @@ def test_checkpoint_of_another_join_is_refused(tool, default_ckpt,
 
 def test_other_fields_are_named_with_both_values(default_ckpt, pos_shapes_data,
                                                  tmp_path, capsys):
-    argv = [DEMO, default_ckpt,
-            '--work-dir', str(tmp_path)] + options(
-                pos_shapes_data, 'model.backbone.img_size=64',
-                'model.backbone.pe_type=sincos2d')
-    line = one_line_error(test.main, argv, capsys)
-    assert 'model.backbone.img_size is 32 there but 64 in this config' in line
+    argv = [DEMO, default_ckpt, '--work-dir', str(tmp_path)]
+    line = one_line_error(
+        test.main,
+        argv + options(pos_shapes_data, 'model.backbone.pe_type=sincos2d'),
+        capsys)
     assert ("model.backbone.pe_type is 'learnable' there but 'sincos2d' in "
             'this config') in line
+    # a learnable PE's size is in the weights: the strict load names it
+    line = one_line_error(
+        test.main,
+        argv + options(pos_shapes_data, 'model.backbone.img_size=64'), capsys)
+    assert 'is a checkpoint of another model: 1 shape mismatch' in line
+    assert 'backbone.pos_embed (1, 65, 96) vs (1, 257, 96)' in line
 
 
 def test_checkpoint_without_recorded_config_is_checked_by_keys(

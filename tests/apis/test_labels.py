@@ -99,7 +99,7 @@ def _coco_config(data, tmp_path, **changes):
 
 
 def test_coco_category_that_the_file_lacks(coco, tmp_path):
-    from mmlape.apis import check_dataset_labels
+    from mmlape.datasets.labels import check_dataset_labels
     from mmlape.utils.errors import DataError
 
     def dangling(content):
@@ -118,7 +118,7 @@ def test_coco_category_that_the_file_lacks(coco, tmp_path):
 
 def test_coco_label_past_the_model_classes_and_missing_class_names(
         coco, tmp_path):
-    from mmlape.apis import check_dataset_labels
+    from mmlape.datasets.labels import check_dataset_labels
     from mmlape.utils.errors import DataError
     cfg, ann = _coco_config(coco, tmp_path)
     check_dataset_labels(cfg, ('train', ))
@@ -201,7 +201,7 @@ def test_label_map_past_the_classes_is_one_line(tmp_path, capsys):
 
 
 def test_label_maps_are_checked_after_every_loading():
-    from mmlape.apis import use_checked_label_maps
+    from mmlape.datasets.labels import use_checked_label_maps
     cfg = Config.fromfile(osp.join(ROOT, SEGMENTER))
     assert use_checked_label_maps(cfg, ('train', 'val', 'test')) == 3
     pipeline = cfg.train_dataloader.dataset.pipeline

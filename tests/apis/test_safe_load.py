@@ -5,8 +5,10 @@ import torch
 from conftest import ToyData, ToyModel
 from mmengine.runner import Runner, load_checkpoint
 
-import mmlape  # noqa: F401  (installs safe loading)
 from mmlape.utils import UnsafeCheckpointError, safe_torch_load
+
+#: mmengine's own loading, made safe as the tools make it.
+pytestmark = pytest.mark.usefixtures('hosts_applied')
 
 
 def _runner(work_dir, max_iters, resume=False, load_from=None):

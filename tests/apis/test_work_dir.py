@@ -141,7 +141,8 @@ def test_full_disk_at_the_start_is_one_line(pos_shapes_data, tmp_path,
 
 def test_the_work_dir_check_writes_enough_to_see_a_full_disk(
         tmp_path, monkeypatch):
-    from mmlape.apis import UsageError, check_work_dir
+    from mmlape.apis import UsageError
+    from mmlape.utils.work_dir import check_work_dir
     monkeypatch.setattr(os, 'fsync', _no_space)
     with pytest.raises(UsageError) as info:
         check_work_dir(str(tmp_path / 'w'))

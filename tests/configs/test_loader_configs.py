@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, config_joins
 from mmengine.config import Config
 
-from mmlape.apis import apply_auto_num_workers
+from mmlape.engine.loader_workers import apply_auto_num_workers
 
 CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))

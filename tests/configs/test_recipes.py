@@ -589,7 +589,7 @@ def test_fused_adamw_step_equals_the_unfused_one(config):
 
 
 def test_fused_flag_is_dropped_where_torch_has_no_kernel():
-    from mmlape.apis import fit_fused_optimizer
+    from mmlape.engine.runner_setup import fit_fused_optimizer
     cfg = Config(
         dict(optim_wrapper=dict(optimizer=dict(type='AdamW', fused=True))))
     assert fit_fused_optimizer(cfg, 'cuda') is None

@@ -1,5 +1,6 @@
 """mmpretrain stays importable beside transformers 5
-(:mod:`mmlape.utils.host_compat`), on an environment that holds a stand-in
+(:mod:`mmlape.hosts.imports`, applied as the tools apply it:
+:func:`mmlape.hosts.apply`), on an environment that holds a stand-in
 transformers of a given version: its top level hands out any class name
 (``AutoConfig``, ``PreTrainedModel``), and it has none of the submodule
 names that mmpretrain's multimodal models import, as transformers 5 lacks
@@ -63,9 +64,10 @@ def test_mmpretrain_fails_beside_transformers5_without_mmlape(transformers5):
 
 @pytest.mark.parametrize('order', ['mmlape first', 'mmpretrain first'])
 def test_mmlape_keeps_mmpretrain_importable(transformers5, order):
-    first = ('import mmlape; import mmpretrain.utils.dependency as d'
-             if order == 'mmlape first' else
-             'import mmpretrain.utils.dependency as d; import mmlape')
+    first = ('import mmlape, mmlape.hosts; mmlape.hosts.apply(); '
+             'import mmpretrain.utils.dependency as d' if order
+             == 'mmlape first' else 'import mmpretrain.utils.dependency as d; '
+             'import mmlape, mmlape.hosts; mmlape.hosts.apply()')
     out = python_with(
         transformers5, f'{first}; print("flag", d.WITH_MULTIMODAL); '
         f'{BUILD_VIT}; from mmpretrain.registry import MODELS\n'
@@ -77,17 +79,19 @@ def test_mmlape_keeps_mmpretrain_importable(transformers5, order):
 
 
 def test_mmdet_models_import_beside_transformers5(transformers5):
-    out = python_with(transformers5,
-                      'import mmlape, mmdet.models; print("mmdet ok")')
+    out = python_with(
+        transformers5, 'import mmlape, mmlape.hosts; mmlape.hosts.apply(); '
+        'import mmdet.models; print("mmdet ok")')
     assert 'mmdet ok' in out, out[-2000:]
 
 
 def test_transformers4_is_left_alone(tmp_path):
-    from mmlape.utils import host_compat
+    from mmlape.hosts import imports as host_compat
     path = fake_transformers(tmp_path, '4.40.2')
     out = python_with(
-        path, 'import mmlape, sys; '
-        'from mmlape.utils.host_compat import mmpretrain_needs_patch as f; '
+        path, 'import mmlape, mmlape.hosts, sys; '
+        'mmlape.hosts.keep_mmpretrain_importable(); '
+        'from mmlape.hosts.imports import mmpretrain_needs_patch as f; '
         'print("needs", f(), any(type(x).__name__ == "_PatchOnImport" '
         'for x in sys.meta_path)); import mmpretrain.utils.dependency as d; '
         'print("flag", d.WITH_MULTIMODAL)')

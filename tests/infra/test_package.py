@@ -47,6 +47,112 @@ def test_import_mmlape_imports_no_host_library():
     assert out.stdout.strip().endswith('ok')
 
 
+#: What the host libraries look like, as a fresh process sees it: mmcv's
+#: Functions, mmengine's checkpoint loaders and config packages, torch's
+#: safe globals, the import system, mmpretrain's hub, warnings and logging.
+HOST_STATE = textwrap.dedent('''
+    import importlib, logging, sys, warnings
+
+    def state():
+        import torch
+        from mmengine.config.utils import MODULE2PACKAGE
+        from mmengine.runner.checkpoint import CheckpointLoader
+        import mmpretrain.apis.model as hub
+        import mmpretrain
+        out = {}
+        for module, name in [('mmcv.ops.multi_scale_deform_attn',
+                              'MultiScaleDeformableAttnFunction'),
+                             ('mmcv.ops.roi_align', 'RoIAlignFunction'),
+                             ('mmcv.ops.nms', 'NMSop')]:
+            cls = getattr(importlib.import_module(module), name)
+            for fn in ('forward', 'backward'):
+                out[f'{name}.{fn}'] = getattr(cls, fn)
+        out['schemes'] = dict(CheckpointLoader._schemes)
+        out['packages'] = dict(MODULE2PACKAGE)
+        out['safe globals'] = list(torch.serialization.get_safe_globals())
+        out['meta_path'] = list(sys.meta_path)
+        out['hub'] = (hub.ModelHub.__dict__['_register_mmpretrain_models'],
+                      hub.get_model, mmpretrain.get_model,
+                      sorted(vars(hub.ModelHub)))
+        out['warnings'] = list(warnings.filters)
+        loggers = [logging.getLogger()] + [
+            logging.getLogger(name)
+            for name in sorted(logging.root.manager.loggerDict)]
+        out['logging'] = [(lg.name, list(lg.handlers), list(lg.filters))
+                          for lg in loggers
+                          if isinstance(lg, logging.Logger)]
+        return out
+
+    def hosts():
+        import mmengine.runner, mmcv.ops, mmdet.models, mmpretrain.models
+        import mmseg.models
+
+    def own(value):
+        """Whether mmlape made ``value`` (a function, wrapper or not, a
+        finder, a handler or filter, a classmethod)."""
+        value = getattr(value, '__func__', value)
+        code = getattr(value, '__code__', None)
+        if code is not None:
+            return '/mmlape/' in code.co_filename.replace('\\\\', '/')
+        kind = value if isinstance(value, type) else type(value)
+        return str(kind.__module__).startswith('mmlape')
+''')
+
+
+@pytest.mark.slow
+def test_import_mmlape_changes_no_host_library():
+    """``import mmlape`` registers and does nothing else: imported after
+    the host libraries, it leaves every adjustable part of them as it was
+    (but the documented ``mmlape`` entry in mmengine's table of config
+    packages); imported before them, nothing of mmlape's is in them or
+    waits for them. ``mmlape.hosts.apply()`` then does change them."""
+    code = HOST_STATE + textwrap.dedent('''
+        if sys.argv[1] == 'hosts first':
+            hosts()
+            before = state()
+            import mmlape
+            import mmlape.models, mmlape.engine
+            hosts()
+            after = state()
+            assert after['packages'] == dict(before['packages'],
+                                             mmlape='mmlape')
+            for key in before:
+                if key != 'packages':
+                    assert after[key] == before[key], key
+        else:
+            import mmlape
+            assert not any(own(f) for f in sys.meta_path), sys.meta_path
+            hosts()
+            after = state()
+            for key, value in after.items():
+                values = value if isinstance(value, (list, tuple)) else [
+                    value]
+                if isinstance(value, dict):
+                    values = list(value.values())
+                if key == 'logging':
+                    values = [x for _, hs, fs in value for x in hs + fs]
+                for item in values:
+                    assert not own(item), (key, item)
+            allowed = [g[0] if isinstance(g, tuple) else g
+                       for g in after['safe globals']]
+            from mmengine.logging import HistoryBuffer
+            import argparse
+            assert HistoryBuffer not in allowed, allowed
+            assert argparse.Namespace not in allowed, allowed
+            assert not any(own(g) for g in allowed), allowed
+        import mmlape.hosts
+        mmlape.hosts.apply()
+        applied = state()
+        assert own(applied['schemes']['']), applied['schemes']
+        assert applied['safe globals'] and applied['hub'] != after['hub']
+        print('unchanged', sys.argv[1])
+        ''')
+    for order in ('hosts first', 'mmlape first'):
+        out = run([sys.executable, '-c', code, order], threads=2)
+        assert out.stdout.strip().endswith(f'unchanged {order}'), \
+            out.stdout[-2000:] + out.stderr[-2000:]
+
+
 def test_layer_decay_constructor_class_is_importable():
     from mmlape.engine import LaPELayerDecayOptimWrapperConstructor
     from mmlape.engine.optim import \
@@ -60,9 +166,9 @@ def test_layer_decay_constructor_class_is_importable():
 @pytest.mark.slow
 def test_safe_loading_off_then_on_and_idempotent(tmp_path):
     """mmengine alone (off) refuses its own training checkpoints under
-    torch's weights_only default; after ``import mmlape`` (on) they load,
-    arbitrary objects are still refused, and installing again changes
-    nothing."""
+    torch's weights_only default; after ``import mmlape`` and the tools'
+    ``install_safe_loading`` (on) they load, arbitrary objects are still
+    refused, and installing again changes nothing."""
     code = textwrap.dedent('''
         import pickle, sys
         import torch
@@ -87,7 +193,9 @@ def test_safe_loading_off_then_on_and_idempotent(tmp_path):
             print('off: refused')
 
         import mmlape
-        from mmlape.utils import UnsafeCheckpointError, install_safe_loading
+        from mmlape.hosts import install_safe_loading
+        from mmlape.utils import UnsafeCheckpointError
+        install_safe_loading()
         loader = CheckpointLoader._schemes['']
         n_globals = len(torch.serialization.get_safe_globals())
         ckpt = CheckpointLoader.load_checkpoint(path)

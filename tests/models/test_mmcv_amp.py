@@ -1,4 +1,7 @@
-"""mmcv's compiled ops get float32 under mixed precision (issue 19, req. 5).
+"""mmcv's compiled ops get float32 under mixed precision (issue 19, req. 5),
+inside :func:`mmlape.hosts.float32_mmcv_ops` (what
+:class:`~mmlape.hosts.Float32MmcvOpsHook` opens around a model's steps);
+mmlape's own deformable attention without it.
 
 mmcv 2.1.0's CUDA kernels of deformable attention and RoIAlign take
 float32/float16 only, NMS float32 only; under bf16 (or fp16 with mixed
@@ -22,11 +25,14 @@ from mmcv.ops.multi_scale_deform_attn import MultiScaleDeformableAttnFunction
 from mmcv.ops.nms import NMSop
 from mmcv.ops.roi_align import RoIAlignFunction
 
-import mmlape  # noqa: F401  (installs the wrapping)
+from mmlape.hosts.mmcv_ops import (MMCV_FLOAT32_OPS, Float32MmcvOpsHook,
+                                   float32_autograd_function, float32_mmcv_ops,
+                                   install_float32_mmcv_ops,
+                                   use_float32_mmcv_ops)
 from mmlape.models import LaPEViTAdapter
-from mmlape.models.layers.mmcv_amp import (MMCV_FLOAT32_OPS,
-                                           float32_autograd_function,
-                                           install_float32_mmcv_ops)
+
+# The wrapping, installed as an entry point's first float32_mmcv_ops() does.
+install_float32_mmcv_ops()
 
 HALF = (torch.bfloat16, torch.float16)
 IDS = ['bf16', 'fp16']
@@ -131,6 +137,13 @@ def unwrapped(monkeypatch):
     unwrap(monkeypatch)
 
 
+@pytest.fixture
+def float32_ops():
+    """Inside the adjustment, as a model's steps run under the hook."""
+    with float32_mmcv_ops():
+        yield
+
+
 # The ops, each ``run(dtype, amp, reference=False) -> (out, inputs)``:
 # half inputs as autocast makes them (under autocast), all inputs half
 # (without); ``reference`` runs the same values in float32, no autocast.
@@ -230,7 +243,18 @@ def test_without_the_wrapping_half_reaches_the_kernels(op, dtype, spy,
 
 
 @pytest.mark.parametrize('op', OPS)
-def test_kernels_get_float32_under_autocast(op, dtype, spy):
+def test_outside_the_context_the_ops_are_as_mmcv_ships_them(op, dtype, spy):
+    """Installed, the wrapping changes nothing outside float32_mmcv_ops():
+    another model of the process hands the kernels what it hands them."""
+    try:
+        forward_backward(op, dtype, amp=True)
+    except RuntimeError:
+        pass
+    assert spy.dtypes() & set(HALF), spy.calls
+
+
+@pytest.mark.parametrize('op', OPS)
+def test_kernels_get_float32_under_autocast(op, dtype, spy, float32_ops):
     out, inputs = forward_backward(op, dtype, amp=True)
     assert spy.names() == OPS[op][1]
     assert spy.dtypes() == {torch.float32}, spy.calls
@@ -250,7 +274,8 @@ def test_kernels_get_float32_under_autocast(op, dtype, spy):
 
 
 @pytest.mark.parametrize('op', OPS)
-def test_half_inputs_without_autocast_compute_in_float32(op, dtype, spy):
+def test_half_inputs_without_autocast_compute_in_float32(
+        op, dtype, spy, float32_ops):
     """A model cast to half as a whole: the kernels get float32, the op
     returns its result in the inputs' dtype."""
     out, inputs = forward_backward(op, dtype, amp=False)
@@ -266,7 +291,8 @@ def test_half_inputs_without_autocast_compute_in_float32(op, dtype, spy):
 
 
 @pytest.mark.parametrize('op', OPS)
-def test_float32_without_autocast_is_untouched(op, spy, monkeypatch):
+def test_float32_without_autocast_is_untouched(op, spy, monkeypatch,
+                                               float32_ops):
     """Outside autocast float32 runs the op exactly as mmcv ships it."""
     out, inputs = forward_backward(op, torch.float32, amp=False)
     assert spy.dtypes() == {torch.float32}
@@ -278,7 +304,7 @@ def test_float32_without_autocast_is_untouched(op, spy, monkeypatch):
         assert torch.equal(x.grad, x_want.grad)
 
 
-def test_import_mmlape_wraps_the_listed_functions_once():
+def test_install_wraps_the_listed_functions_once():
     for module, name in MMCV_FLOAT32_OPS:
         cls = getattr(importlib.import_module(module), name)
         forward = vars(cls)['forward'].__func__
@@ -288,12 +314,12 @@ def test_import_mmlape_wraps_the_listed_functions_once():
         assert not hasattr(forward.__wrapped__, '__wrapped__')
     assert {c.__name__ for c in FUNCTIONS} == {n for _, n in MMCV_FLOAT32_OPS}
     before = {c: (c.forward, c.backward) for c in FUNCTIONS}
-    assert install_float32_mmcv_ops() == []  # done at import: nothing new
+    assert install_float32_mmcv_ops() == []  # done above: nothing new
     assert not float32_autograd_function(RoIAlignFunction)
     assert {c: (c.forward, c.backward) for c in FUNCTIONS} == before
 
 
-def test_wrapping_a_fresh_function_is_idempotent():
+def test_wrapping_a_fresh_function_is_idempotent(float32_ops):
 
     class Scale(torch.autograd.Function):
 
@@ -322,6 +348,55 @@ def test_wrapping_a_fresh_function_is_idempotent():
     assert torch.equal(x.grad, torch.full((3, ), 3., dtype=torch.bfloat16))
     with pytest.raises(TypeError, match='torch.autograd.Function'):
         float32_autograd_function(torch.nn.Linear)
+
+
+class StepModel(torch.nn.Module):
+    """A model whose steps run NMS on bfloat16 boxes under autocast."""
+
+    def train_step(self, data, optim_wrapper=None):
+        return run_nms(torch.bfloat16, amp=True)[0]
+
+    def val_step(self, data):
+        return self.train_step(data)
+
+    test_step = val_step
+
+
+def test_hook_runs_each_step_in_float32_and_restores_it(spy):
+
+    class Runner:
+        model = StepModel()
+
+    hook, model = Float32MmcvOpsHook(), Runner.model
+    hook.before_run(Runner)
+    for step in ('train_step', 'val_step', 'test_step'):
+        getattr(model, step)(None)
+    assert spy.names() == {'nms'}
+    assert spy.dtypes() == {torch.float32}, spy.calls
+    hook.after_run(Runner)
+    assert not {'train_step', 'val_step', 'test_step'} & set(vars(model))
+    spy.calls.clear()
+    try:
+        model.test_step(None)
+    except RuntimeError:
+        pass
+    assert spy.dtypes() == {torch.bfloat16}, spy.calls
+
+
+def test_mmdet_runs_get_the_hook_once():
+    from mmengine.config import Config
+    cfg = Config(dict(default_scope='mmdet'))
+    assert use_float32_mmcv_ops(cfg)
+    assert cfg.custom_hooks == [dict(type='mmlape.Float32MmcvOpsHook')]
+    assert not use_float32_mmcv_ops(cfg)
+    assert len(cfg.custom_hooks) == 1
+    assert not use_float32_mmcv_ops(Config(dict(default_scope='mmseg')))
+    config = Config.fromfile(
+        osp.join(
+            ROOT, 'configs/vit_adapter/'
+            'mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py'))
+    assert config.custom_hooks == [dict(type='mmlape.Float32MmcvOpsHook')]
+    assert not use_float32_mmcv_ops(config)
 
 
 def through_the_kernel(value, shapes, loc, attn):
@@ -391,7 +466,7 @@ def mask_rcnn(tmp_path_factory):
 
 @pytest.mark.slow  # builds and runs a whole detector (about 20 s)
 def test_mask_rcnn_trains_and_predicts_under_bf16_autocast(
-        mask_rcnn, spy, monkeypatch):
+        mask_rcnn, spy, monkeypatch, float32_ops):
     """The whole detector of mmlape's Mask R-CNN configs under bf16
     autocast, its deformable attention routed through the kernel: loss,
     backward and prediction run, and deformable attention, RoIAlign and

@@ -345,6 +345,7 @@ def test_performer_dropout_only_in_training():
         torch.testing.assert_close(model(img)[0], model(img)[0])
 
 
+@pytest.mark.usefixtures('hosts_applied')  # the process's allow-list
 @pytest.mark.parametrize('family', ['t2t', 'ceit', 'vit_lite', 'cct'])
 def test_official_layouts_load_at_full_size(family, tmp_path, no_init):
     """A file in the official layout at the real size (T2T-ViT: timm's

@@ -126,12 +126,14 @@ def test_first_release_lape_does_not_load_into_hierarchical_join(
     err = capsys.readouterr().err.strip()
     assert '\n' not in err
     assert "--pe_joining LaPE" in err
-    assert 'pe_join.hierarchical is True here' in err
+    assert ("pe_join is dict(type='LaPE', hierarchical=False) there but "
+            "dict(type='LaPE', hierarchical=True) in this config") in err
     assert "'hierarchical': False" in err or 'hierarchical=False' in err
     # converted without a config, it records the run ...
     assert to_mmlape.main(['--family', 'vit', src, out]) == 0
     # ... so tools/test.py refuses a hierarchical config, keys alike ...
-    with pytest.raises(CheckpointError, match='hierarchical is True here'):
+    with pytest.raises(
+            CheckpointError, match=r'hierarchical=True\) in this config'):
         check_checkpoint_fits(
             classifier(pe_type, dict(type='LaPE')), out, 'checkpoint')
     check_checkpoint_fits(
@@ -146,7 +148,8 @@ def test_first_release_lape_does_not_load_into_hierarchical_join(
             pe_type=pe_type,
             pe_join='LaPE',
             init_cfg=dict(type='Pretrained', checkpoint=path))
-        with pytest.raises(ValueError, match='hierarchical is True'):
+        with pytest.raises(
+                ValueError, match=r'hierarchical=True\) in this backbone'):
             model.init_weights()
     for path in (src, out):
         model = LaPEViT(
@@ -198,7 +201,8 @@ def test_rpe_with_join_type_lape_is_plain_relative_pe(tmp_path, capsys):
     assert to_mmlape.main(['--family', 'vit', src, out, '--config',
                            config]) == 2
     err = capsys.readouterr().err
-    assert "pe_join.type is 'LaPE' here" in err
+    assert ("pe_join is dict(type='Default') there but dict(type='LaPE'"
+            in err)
     assert "pe_join=dict(type='Default')" in err
     config = write_config(tmp_path / 'cfg.py', 'relative',
                           dict(type='Default'))
@@ -216,7 +220,8 @@ def test_config_with_another_pe_type_is_refused(tmp_path, capsys):
         str(tmp_path / 'out.pth'), '--config', config
     ]) == 2
     err = capsys.readouterr().err
-    assert "pe_type is 'learnable' here" in err
+    assert ("pe_type is 'sincos1d' there but 'learnable' in this config"
+            in err)
     assert "pe_type='sincos1d'" in err
 
 

@@ -19,6 +19,10 @@ from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
 #: The shrunk configs' runs are seeded (mmengine draws a seed otherwise).
 SEED = dict(randomness=dict(seed=0))
 
+#: The tools' checkpoints are read here with a plain torch.load, as in a
+#: tool's process (its allow-list).
+pytestmark = pytest.mark.usefixtures('hosts_applied')
+
 
 @pytest.fixture(scope='module')
 def lape_checkpoint(tmp_path_factory):

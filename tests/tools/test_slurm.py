@@ -158,7 +158,8 @@ def test_train_then_test_through_srun(fake_slurm, pos_shapes_data, tmp_path):
 
 
 def test_slurm_variables_become_torch_rendezvous(monkeypatch, fake_slurm):
-    from mmlape.apis import UsageError, slurm_to_torch_env
+    from mmlape.hosts import slurm_to_torch_env
+    from mmlape.utils.errors import UsageError
     for name in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST',
                  'SLURM_LOCALID', 'MASTER_ADDR', 'MASTER_PORT', 'RANK',
                  'WORLD_SIZE', 'LOCAL_RANK'):

@@ -11,6 +11,10 @@ from conftest import DEMO, demo_options, run
 
 from mmlape.datasets import generate_pos_shapes
 
+#: The tools' checkpoints are read here with a plain torch.load, as in a
+#: tool's process (its allow-list).
+pytestmark = pytest.mark.usefixtures('hosts_applied')
+
 
 def test_generated_set_is_deterministic_and_in_imagenet_layout(tmp_path):
     a, b = tmp_path / 'a', tmp_path / 'b'

@@ -51,7 +51,7 @@ def test_bound():
 def test_tiny_run_reports_consistent_figures(tmp_path, fresh_default_scope):
     from mmengine.config import Config
 
-    from mmlape.apis import apply_auto_num_workers
+    from mmlape.engine.loader_workers import apply_auto_num_workers
     out = tmp_path / 'report.json'
     families = ['deit', 'segmenter']
     code = bench.main([

@@ -232,7 +232,7 @@ def pe_setting(config: str, cache: Optional[dict] = None) -> str:
 def default_scope(config: str) -> str:
     """The host library that builds the config (its ``default_scope``):
     ``Metadata.Default Scope``, which tells mmpretrain's model hub which
-    entries are its own (``mmlape.apis.hub``)."""
+    entries are its own (``mmlape.hosts.hub``)."""
     from mmengine.config import Config
     return Config.fromfile(osp.join(ROOT, config)).get('default_scope')
 

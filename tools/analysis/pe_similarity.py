@@ -50,8 +50,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    import mmlape.hosts
     from mmlape.analysis import (load_backbone, plot_similarity_grid,
                                  token_similarity_maps)
+    mmlape.hosts.apply()
     with fail():
         _, backbone, _ = load_backbone(args.config, args.checkpoint)
         result = token_similarity_maps(backbone, args.token, args.grid)

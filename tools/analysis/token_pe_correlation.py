@@ -115,7 +115,9 @@ def main(argv=None):
     args = parse_args(argv)
     import torch
 
+    import mmlape.hosts
     from mmlape.analysis import load_backbone, token_pe_statistics
+    mmlape.hosts.apply()
     with fail():
         _, backbone, cfg = load_backbone(args.config, args.checkpoint)
         if backbone.pe_type == 'relative':

@@ -34,7 +34,6 @@ import os.path as osp
 import sys
 
 from mmlape.models.checkpoint import SWIN, VIT, VIT_FAMILY, unwrap_state_dict
-from mmlape.models.checkpoint.official_lape import backbone_options
 
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
@@ -87,10 +86,9 @@ def parse_args(argv=None):
     return args
 
 
-def config_backbone(path: str) -> dict:
-    """The PE options of the backbone a config builds: ``pe_type`` and
-    ``pe_join`` (type, and ``hierarchical`` for LaPE), read from the built
-    backbone so that the arch's and the class's defaults count.
+def config_backbone(path: str):
+    """The backbone a config builds (so that the arch's and the class's
+    defaults count), to compare with the run a file records.
 
     Raises:
         ValueError: The file has no ``model.backbone``, or it cannot be
@@ -112,11 +110,10 @@ def config_backbone(path: str) -> dict:
         except (KeyError, TypeError) as err:
             raise ValueError(f'config "{path}": cannot build its backbone '
                              f'({err})') from None
-    options = backbone_options(built)
-    if options is None:
+    if getattr(built, 'pe_join', None) is None:
         raise ValueError(f'config "{path}": its backbone '
                          f'{type(built).__name__} has no PE join')
-    return options
+    return built
 
 
 def dropped_classifier(src, converted) -> list:

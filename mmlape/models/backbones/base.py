@@ -17,7 +17,6 @@ from mmengine.utils import to_2tuple
 from torch import Tensor
 
 from ..checkpoint import CheckpointFamily
-from ..layers.parts import init_defaults
 from ..layers.pe_plan import PEPlan, PEPlanCache
 from ..layers.weight_init import init_generic_weights
 
@@ -111,11 +110,6 @@ class LaPEBackbone(BaseModule):
     new_key_pattern: Optional[str] = None
     #: How many patch grids keep a cached PE plan in eval mode.
     plan_cache_size: int = 8
-    #: The arguments that change the parameter layout or what the model
-    #: computes: a checkpoint saved with other values is another model's
-    #: (:func:`mmlape.apis.backbone_differences`). Each subclass declares
-    #: its own.
-    STRUCTURAL_OPTIONS: Tuple[str, ...]
     #: What an option left at None takes when the arch does not set it
     #: (:meth:`pick_option`).
     option_defaults: Dict[str, Any] = {}
@@ -144,19 +138,6 @@ class LaPEBackbone(BaseModule):
         return arch.get(
             name,
             cls.option_defaults.get(name) if default is None else default)
-
-    @classmethod
-    def structural_config(cls, cfg: Dict) -> Dict[str, Any]:
-        """``option -> value`` for each of :attr:`STRUCTURAL_OPTIONS` that
-        the backbone config ``cfg`` (the constructor's arguments) sets or
-        the constructor defaults, filled in as the constructor fills it in
-        (:meth:`pick_option`)."""
-        given = dict(init_defaults(cls), **cfg)
-        arch = cls.arch_settings_of(given.get('arch'))
-        return {
-            name: cls.pick_option(name, given.get(name), arch)
-            for name in cls.STRUCTURAL_OPTIONS if name in given
-        }
 
     def __init__(self,
                  cache_pe_plan: bool = True,

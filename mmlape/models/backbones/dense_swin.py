@@ -73,10 +73,6 @@ class LaPEDenseSwin(LaPESwin):
         >>> [tuple(o.shape) for o in swin(torch.randn(1, 3, 60, 44))]
         [(1, 16, 15, 11), (1, 32, 8, 6)]
     """
-    STRUCTURAL_OPTIONS = LaPESwin.STRUCTURAL_OPTIONS + (
-        'pretrain_img_size', 'embed_dims', 'depths', 'num_heads', 'strides',
-        'patch_norm')
-    option_defaults: Dict = {}
 
     def __init__(self,
                  pretrain_img_size: Union[int, Sequence[int]] = 224,

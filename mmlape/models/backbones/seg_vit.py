@@ -105,9 +105,6 @@ class LaPESegViT(LaPEViT):
         >>> [o.shape for o in vit(torch.randn(1, 3, 70, 64))]
         [torch.Size([1, 64, 5, 4]), torch.Size([1, 64, 5, 4])]
     """
-    STRUCTURAL_OPTIONS = LaPEViT.STRUCTURAL_OPTIONS + (
-        'patch_pad', 'embed_dims', 'num_layers', 'num_heads', 'mlp_ratio',
-        'out_origin', 'output_cls_token', 'act_cfg', 'patch_norm', 'num_fcs')
 
     def __init__(self,
                  img_size: Union[int, Sequence[int]] = 224,

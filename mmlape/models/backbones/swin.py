@@ -194,16 +194,6 @@ class LaPESwin(LaPEBackbone):
         [(16, 18, 16), (32, 9, 8), (64, 5, 4), (128, 3, 2)]
     """
     arch_zoo = SWIN_ARCH_ZOO
-    #: Arguments that change the parameter layout or what the model
-    #: computes (see :attr:`LaPEViT.STRUCTURAL_OPTIONS`).
-    STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
-                          'window_size', 'mlp_ratio', 'pe_join',
-                          'use_abs_pos_embed', 'out_indices', 'pad_small_map',
-                          'norm_cfg', 'out_after_downsample', 'stage_cfgs',
-                          'patch_cfg')
-    #: The recorded-model check reads an omitted ``use_abs_pos_embed`` as
-    #: True on both sides (what mmlape's older Swin configs meant).
-    option_defaults = dict(use_abs_pos_embed=True)
     checkpoint_family = SWIN
 
     def __init__(self,

@@ -144,10 +144,6 @@ class LaPET2TViT(LaPEViT):
         >>> t2t(torch.randn(1, 3, 64, 64))[0].shape
         torch.Size([1, 64])
     """
-    STRUCTURAL_OPTIONS = ('arch', 'img_size', 'in_channels', 'embed_dims',
-                          'num_layers', 'pe_join', 'out_indices', 'out_type',
-                          'with_cls_token', 'final_norm', 'norm_cfg',
-                          't2t_cfg', 'layer_cfgs', 'attn_scale')
     checkpoint_family = T2T_CHECKPOINTS
     ATTN_SCALES = ('mmpretrain', 'official')
 

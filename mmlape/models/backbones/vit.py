@@ -173,13 +173,6 @@ class LaPEViT(LaPEBackbone):
         torch.Size([2, 256])
     """
     option_defaults = VIT_OPTION_DEFAULTS
-    STRUCTURAL_OPTIONS = ('arch', 'img_size', 'patch_size', 'in_channels',
-                          'patch_bias', 'tokenizer', 'pe_type', 'pe_join',
-                          'with_cls_token', 'out_type', 'out_indices',
-                          'final_norm', 'qkv_bias', 'norm_cfg',
-                          'layer_scale_init_value', 'window_size', 'ffn',
-                          'pooling', 'patch_cfg', 'layer_cfgs', 'pre_norm',
-                          'ape_type', 'rope_theta')
     arch_zoo = VIT_ARCH_ZOO
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
     checkpoint_family = VIT

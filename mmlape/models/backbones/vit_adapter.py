@@ -93,10 +93,6 @@ class LaPEViTAdapter(LaPEViT):
         'base': dict(arch='deit-base', deform_num_heads=12),
         'test-tiny': dict(arch='test-tiny', deform_num_heads=2),
     }
-    STRUCTURAL_OPTIONS = LaPEViT.STRUCTURAL_OPTIONS + (
-        'conv_inplane', 'n_points', 'deform_num_heads', 'interaction_indexes',
-        'with_cffn', 'cffn_ratio', 'deform_ratio', 'add_vit_feature',
-        'vit_feature_source', 'adapter_norm_cfg', 'layer_scale')
     #: Keys of the adapter's own modules and of the blocks' layer scale:
     #: absent from a ViT checkpoint by design, so summarised on loading
     #: instead of being reported as missing ViT weights.

@@ -2,8 +2,8 @@
 
 References:
     timm's ``checkpoint_filter_fn`` (a pure filter beside the model) and
-    mmengine's ``CheckpointLoader`` (made safe by
-    :mod:`mmlape.utils.safe_load`).
+    mmengine's ``CheckpointLoader`` (for URLs; local files are read by
+    :func:`mmlape.utils.safe_load.safe_torch_load`).
 
 Every family (:class:`CheckpointFamily`) goes the same way: read the state
 dict and its backbone part; detect the layout and convert it to mmlape's
@@ -12,6 +12,7 @@ the backbone's ``load_state_dict`` pre-hook (so every route is fitted);
 load and report what was missing, unexpected or new.
 """
 import math
+import os.path as osp
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -21,13 +22,15 @@ import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
+from mmlape.utils.safe_load import safe_torch_load
 from ..layers.pos_embed import resize_pos_embed
+from .recorded import another_model, model_differences, recorded_backbone
 
 __all__ = [
-    'BACKBONE_PREFIX', 'Layout', 'Converted', 'CheckpointFamily',
-    'unwrap_state_dict', 'strip_prefix', 'select_backbone', 'rename_keys',
-    'table_rules', 'is_square', 'check_pe_width', 'fit_patch_rows',
-    'load_and_report'
+    'check_pe_norms', 'BACKBONE_PREFIX', 'Layout', 'Converted',
+    'CheckpointFamily', 'unwrap_state_dict', 'strip_prefix', 'select_backbone',
+    'rename_keys', 'table_rules', 'is_square', 'check_pe_width',
+    'fit_patch_rows', 'load_and_report'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -205,6 +208,24 @@ def check_pe_width(src: Tensor, shape: Tuple[int, ...], key: str) -> None:
             f'(embed_dims {shape[-1]}). Use a checkpoint of the same width.')
 
 
+def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
+                   join: str) -> None:
+    """The modules that own a PE norm (``{owner}.pe_norm.*``) must be the
+    model's ``owners``: another join's file (no PE norms for a LaPE model)
+    does not fit. An MPVG file may initialise a PVG model (its
+    ``pe_join.last_norm`` is reported as unexpected)."""
+    found = sorted(
+        {k.rsplit('.pe_norm.', 1)[0]
+         for k in state_dict if '.pe_norm.' in k})
+    if found != sorted(owners):
+        raise ValueError(
+            f'Checkpoint does not fit the join: it has PE norms in '
+            f'{len(found)} blocks but this model (pe_join.type={join!r}) '
+            f'has them in {len(owners)}. Initialise from a checkpoint '
+            f'trained with the same join (e.g. a LaPE ImageNet checkpoint '
+            f'for a LaPE model, an MPVG one for PVG/MPVG).')
+
+
 def fit_patch_rows(src: Tensor, num_extra: int, grid: Tuple[int, int],
                    mode: str, key: str) -> Tuple[Tensor, List[str]]:
     """Resize the square patch grid of ``src`` (after its ``num_extra``
@@ -341,9 +362,15 @@ class CheckpointFamily:
 
     def check_model(self, converted: Converted,
                     module: torch.nn.Module) -> None:
-        """Refuse a file whose recorded model (:attr:`Converted.meta`)
-        contradicts the backbone ``module`` it is loaded into (a ValueError
-        naming both). Nothing is recorded by default."""
+        """Refuse a file whose recorded model (an official LaPE run,
+        :attr:`Converted.meta`) is another than the backbone ``module``
+        (:func:`~.recorded.model_differences`; a ValueError naming each
+        difference)."""
+        recorded = recorded_backbone(dict(meta=converted.meta))
+        wrong = model_differences(recorded[1], module) if recorded else []
+        if wrong:
+            raise ValueError('it ' +
+                             another_model(wrong, recorded[0], 'backbone'))
 
     def read(self, checkpoint: Mapping, **options) -> Dict[str, Tensor]:
         """The state dict a loaded file holds (see
@@ -430,12 +457,14 @@ class CheckpointFamily:
              new_key_pattern: Optional[str] = None) -> None:
         """Read, convert, check and load a checkpoint into a backbone.
 
-        The file is read through mmengine's loader (mmlape makes it safe);
-        the backbone part is selected (``prefix``, or ``backbone.`` when
-        present), converted (:meth:`convert_file`), checked against the join
-        (:meth:`check`) and against the model the file records
-        (:meth:`check_model`) and loaded; the backbone's own pre-hook fits it
-        (:meth:`fit`). What was dropped, missing or unexpected is logged.
+        A local file is read safely
+        (:func:`~mmlape.utils.safe_load.safe_torch_load`), a URL through
+        mmengine's loader; the backbone part is selected (``prefix``, or
+        ``backbone.`` when present), converted (:meth:`convert_file`),
+        checked against the join (:meth:`check`) and against the model the
+        file records (:meth:`check_model`) and loaded; the backbone's own
+        pre-hook fits it (:meth:`fit`). What was dropped, missing or
+        unexpected is logged.
 
         Args:
             module (nn.Module): The backbone.
@@ -450,8 +479,11 @@ class CheckpointFamily:
             ValueError: No keys under ``prefix``, another join, or a
                 checkpoint that does not fit (the message says why).
         """
-        from mmengine.runner.checkpoint import CheckpointLoader
-        ckpt = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        if '://' in str(checkpoint):
+            from mmengine.runner.checkpoint import CheckpointLoader
+            ckpt = CheckpointLoader.load_checkpoint(checkpoint, 'cpu')
+        else:
+            ckpt = safe_torch_load(osp.expanduser(checkpoint), 'cpu')
         try:
             conv = self.convert_file(ckpt, self.backbone_state(ckpt, prefix))
             self.check(conv.state_dict, spec)

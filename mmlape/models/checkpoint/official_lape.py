@@ -26,8 +26,7 @@ from ..layers.pos_embed import build_1d_sincos, build_2d_sincos
 
 __all__ = [
     'OFFICIAL_PES', 'OFFICIAL_JOINS', 'OfficialRun', 'read_official_run',
-    'check_fixed_pe', 'backbone_contradictions', 'backbone_options',
-    'contradiction_message', 'options_text', 'LAPE_REL_NORM', 'LAPE_REL_INDEX',
+    'check_fixed_pe', 'options_text', 'LAPE_REL_NORM', 'LAPE_REL_INDEX',
     'PE_NORM_KEY', 'stack_unshared', 'convert_lape_relative', 'drop_fixed_pe',
     'check_run_weights'
 ]
@@ -403,72 +402,9 @@ def check_run_weights(run: OfficialRun, options: Mapping,
 
 
 # ----------------------------------------------------------------------
-# a config against the run
-def _join_of(backbone: Mapping) -> Dict[str, Any]:
-    cfg = backbone.get('pe_join')
-    if cfg is None:
-        cfg = dict(type='Default')
-    elif isinstance(cfg, str):
-        cfg = dict(type=cfg)
-    return dict(cfg)
-
-
-def backbone_contradictions(run: OfficialRun, backbone: Mapping) -> List[str]:
-    """How an mmlape backbone (config dict, or the options of a built
-    one) contradicts an official run: its ``pe_type``, join type and
-    ``hierarchical``.
-
-    Args:
-        run (OfficialRun): The run.
-        backbone (Mapping): ``pe_type`` (None: ``learnable``) and
-            ``pe_join`` (None: ``Default``; ``hierarchical`` missing:
-            True, LaPE's default).
-
-    Returns:
-        list[str]: One text per contradiction, e.g. ``"pe_join.type is
-        'LaPE' here, 'Default' for --pe 2D_RPE --join-type LaPE"``.
-    """
-    want = run.backbone()
-    have_join = _join_of(backbone)
-    have = dict(
-        pe_type=backbone.get('pe_type') or 'learnable',
-        join=str(have_join.get('type', 'Default')))
-    out = []
-    if have['pe_type'] != want['pe_type']:
-        out.append(f'pe_type is {have["pe_type"]!r} here')
-    if have['join'].lower() != want['pe_join']['type'].lower():
-        out.append(f'pe_join.type is {have["join"]!r} here')
-    elif 'hierarchical' in want['pe_join']:
-        hier = have_join.get('hierarchical', True)
-        if hier != want['pe_join']['hierarchical']:
-            out.append(f'pe_join.hierarchical is {hier} here')
-    return out
-
-
-def backbone_options(module: Any) -> Optional[Dict[str, Any]]:
-    """The PE options of a built backbone (``pe_type``, ``pe_join`` with
-    ``hierarchical``), in the form :func:`backbone_contradictions` takes;
-    None for a module without a PE join."""
-    join = getattr(module, 'pe_join', None)
-    if join is None or not hasattr(join, 'pe_type'):
-        return None
-    pe_join = dict(type=join.name)
-    if hasattr(join, 'hierarchical'):
-        pe_join['hierarchical'] = join.hierarchical
-    return dict(pe_type=join.pe_type, pe_join=pe_join)
-
-
+# the run in mmlape's terms
 def options_text(options: Mapping) -> str:
     """``pe_type='...', pe_join=dict(...)`` of :meth:`OfficialRun.backbone`'s
     options."""
     join = ', '.join(f'{k}={v!r}' for k, v in options['pe_join'].items())
     return f'pe_type={options["pe_type"]!r}, pe_join=dict({join})'
-
-
-def contradiction_message(run: OfficialRun, wrong: List[str],
-                          where: str) -> str:
-    """One line: the run, the mmlape options it is, and what ``where``
-    (``'config'``, ``'backbone'``) has instead."""
-    return (f'the checkpoint records the official LaPE run {run.describe()},'
-            f' which is mmlape\'s {options_text(run.backbone())}, but in '
-            f'this {where} {"; ".join(wrong)}')

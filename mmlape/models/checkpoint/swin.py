@@ -19,8 +19,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from torch import Tensor
 
 from .common import (CheckpointFamily, Converted, Layout, Rules,
-                     check_pe_width, fit_patch_rows, rename_keys,
-                     select_backbone)
+                     check_pe_norms, check_pe_width, fit_patch_rows,
+                     rename_keys, select_backbone)
 
 __all__ = [
     'SWIN', 'SWIN_FORMATS', 'SwinSpec', 'detect_swin_format',
@@ -194,16 +194,7 @@ class SwinCheckpoints(CheckpointFamily):
 
     def check(self, state_dict: Mapping, spec: SwinSpec) -> None:
         """The blocks that own a PE norm must be the model's."""
-        found = sorted({
-            k.rsplit('.pe_norm.', 1)[0]
-            for k in state_dict if '.pe_norm.' in k
-        })
-        if found != sorted(spec.pe_norm_blocks):
-            raise ValueError(
-                f'Checkpoint does not fit the join: it has PE norms in '
-                f'{len(found)} blocks but this model (pe_join.type='
-                f'{spec.join!r}) has them in {len(spec.pe_norm_blocks)}. '
-                f'Initialise from a checkpoint trained with the same join.')
+        check_pe_norms(state_dict, spec.pe_norm_blocks, spec.join)
 
     def fit(self, state_dict: Dict[str, Tensor], prefix: str,
             spec: SwinSpec) -> List[str]:

@@ -16,22 +16,21 @@ result to one backbone (:class:`ViTSpec`) or refuse it, naming why.
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Literal, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple
 
 import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
 from .common import (BACKBONE_PREFIX, CheckpointFamily, Converted, Layout,
-                     check_pe_width, fit_patch_rows, is_square, rename_keys,
-                     select_backbone, strip_prefix, table_rules)
+                     check_pe_norms, check_pe_width, fit_patch_rows, is_square,
+                     rename_keys, select_backbone, strip_prefix, table_rules)
 from .eva import convert_eva, is_eva
 from .official_lape import (LAPE_REL_INDEX, LAPE_REL_NORM, PE_NORM_KEY,
-                            OfficialRun, backbone_contradictions,
-                            backbone_options, check_run_weights,
-                            contradiction_message, convert_lape_relative,
+                            check_run_weights, convert_lape_relative,
                             drop_fixed_pe, options_text, read_official_run,
                             stack_unshared)
+from .recorded import another_model, model_differences, recorded_backbone
 from .vit_family import VIT_FAMILY
 
 __all__ = [
@@ -411,61 +410,35 @@ class ViTCheckpoints(CheckpointFamily):
             f'mmlape\'s {arch}{options_text(options)}')
         return conv
 
-    def check_model(self, converted: Converted,
-                    module: torch.nn.Module) -> None:
-        """The backbone's PE type, join and ``hierarchical`` must be those
-        of the official LaPE run the file records."""
-        meta = converted.meta.get('official_lape')
-        options = backbone_options(module)
-        if not meta or options is None:
-            return
-        run = OfficialRun.from_meta(meta)
-        wrong = backbone_contradictions(run, options)
-        if wrong:
-            raise ValueError(contradiction_message(run, wrong, 'backbone'))
-
     def convert_checkpoint(self,
                            checkpoint: Mapping,
                            fmt: Optional[str] = None,
                            head: Optional[str] = None,
-                           backbone: Optional[Mapping] = None,
+                           backbone: Any = None,
                            **options) -> Dict:
         """As :meth:`~.common.CheckpointFamily.convert_checkpoint`; with
-        ``backbone`` (a config's backbone options: ``pe_type``,
-        ``pe_join``), a file whose recorded official LaPE run needs another
-        PE type, join or ``hierarchical`` is refused.
+        ``backbone`` (a config's backbone, built or not), a file whose
+        recorded official LaPE run is another model
+        (:func:`~.recorded.model_differences`) is refused.
 
         Raises:
             ValueError: What the conversion refuses, or one line naming
-                each option of ``backbone`` that contradicts the run.
+                each option of ``backbone`` that differs from the run.
         """
         out = super().convert_checkpoint(checkpoint, fmt, head, **options)
-        meta = out['meta'].get('official_lape')
-        if backbone is not None and meta:
-            run = OfficialRun.from_meta(meta)
-            wrong = backbone_contradictions(run, backbone)
+        recorded = recorded_backbone(out)
+        if backbone is not None and recorded:
+            wrong = model_differences(recorded[1], backbone)
             if wrong:
-                raise ValueError(contradiction_message(run, wrong, 'config'))
+                raise ValueError('the checkpoint ' +
+                                 another_model(wrong, recorded[0]))
         return out
 
     def check(self, state_dict: Mapping, spec: ViTSpec) -> None:
         """The layers that own a PE norm (``blocks.{i}.pe_norm``) must be
-        the same in the checkpoint and in the model. An MPVG checkpoint may
-        initialise a PVG model (its ``pe_join.last_norm`` is then reported
-        as unexpected): that is how MPVG reaches a backbone without a final
-        norm."""
-        found = sorted({
-            int(m.group(1))
-            for m in (PE_NORM_KEY.match(k) for k in state_dict) if m
-        })
-        if found != list(spec.pe_norm_layers):
-            raise ValueError(
-                f'Checkpoint does not fit the join: it has PE norms '
-                f'(blocks.{{i}}.pe_norm) in layers {found} but this model '
-                f'(pe_join.type={spec.join!r}) has them in layers '
-                f'{list(spec.pe_norm_layers)}. Initialise from a checkpoint '
-                f'trained with the same join (e.g. a LaPE ImageNet '
-                f'checkpoint for a LaPE model, an MPVG one for PVG/MPVG).')
+        the model's (:func:`~.common.check_pe_norms`)."""
+        check_pe_norms(state_dict,
+                       [f'blocks.{i}' for i in spec.pe_norm_layers], spec.join)
 
     def fit(self, state_dict: Dict[str, Tensor], prefix: str,
             spec: ViTSpec) -> List[str]:

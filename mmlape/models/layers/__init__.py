@@ -1,7 +1,5 @@
 from .block import Attention, Mlp, SwinBlock, TransformerBlock, WindowAttention
 from .ffn import LeFF
-from .mmcv_amp import (MMCV_FLOAT32_OPS, float32_autograd_function,
-                       install_float32_mmcv_ops)
 from .parts import build_part, part_names
 from .pe_join import (DefaultJoin, LaPEJoin, MPVGJoin, PVGJoin, ShareJoin,
                       UnshareJoin, build_pe_join, pe_join_classes,
@@ -22,6 +20,5 @@ __all__ = [
     'build_1d_sincos', 'build_2d_sincos', 'resize_pos_embed', 'LeFF',
     'build_part', 'part_names', 'BasePooling', 'ClsTokenPool', 'GAPPool',
     'LCAPool', 'SeqPool', 'ConvTokenizer', 'I2TTokenizer', 'PatchEmbed',
-    'T2TTokenizer', 'init_generic_weights', 'MMCV_FLOAT32_OPS',
-    'float32_autograd_function', 'install_float32_mmcv_ops'
+    'T2TTokenizer', 'init_generic_weights'
 ]

@@ -14,6 +14,7 @@ import torch.utils.checkpoint as cp
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmcv.ops import MultiScaleDeformableAttention
+from mmcv.ops import multi_scale_deform_attn as msda
 from torch import Tensor
 
 from .weight_init import init_generic_weights
@@ -70,8 +71,12 @@ class DeformAttn(MultiScaleDeformableAttention):
     """mmcv's multi-scale deformable attention with ViT-Adapter semantics.
 
     mmcv's op returns ``dropout(out) + identity``; ViT-Adapter's returns
-    ``out``: the residual and any scaling belong to the caller. mmcv runs
-    its CUDA kernel on GPU and its PyTorch implementation on CPU.
+    ``out``: the residual and any scaling belong to the caller. The
+    sampling runs mmcv's CUDA kernel on GPU and its PyTorch implementation
+    on CPU, always in float32 with autocast off (the kernel takes no
+    bfloat16, as the official code's ``custom_fwd(cast_inputs=float32)``
+    says); the projections around it run in the autocast dtype, and the
+    result comes back in the dtype of the value projection.
 
     Args:
         embed_dims (int): Channels.
@@ -99,13 +104,35 @@ class DeformAttn(MultiScaleDeformableAttention):
 
     def forward(self, query: Tensor, reference_points: Tensor, feat: Tensor,
                 spatial_shapes: Tensor, level_start_index: Tensor) -> Tensor:
-        return super().forward(
-            query,
-            value=feat,
-            identity=query.new_zeros(()),
-            reference_points=reference_points,
-            spatial_shapes=spatial_shapes,
-            level_start_index=level_start_index)
+        """Sample ``feat`` around ``reference_points`` (normalised (x, y),
+        ``(B, Q, 1 or levels, 2)``) for each of the ``B x Q`` queries."""
+        b, q, _ = query.shape
+        heads, levels, points = (self.num_heads, self.num_levels,
+                                 self.num_points)
+        value = self.value_proj(feat).view(b, feat.shape[1], heads, -1)
+        offsets = self.sampling_offsets(query).view(b, q, heads, levels,
+                                                    points, 2)
+        weights = self.attention_weights(query).view(
+            b, q, heads,
+            levels * points).softmax(-1).view(b, q, heads, levels, points)
+        # offsets are in pixels of each level: (x, y) over (W, H)
+        size = spatial_shapes.flip(-1)[None, None, None, :, None, :]
+        where = reference_points[:, :, None, :, None, :] + offsets / size
+        with torch.autocast(value.device.type, enabled=False):
+            out = _sample(value.float(), spatial_shapes, level_start_index,
+                          where.float(), weights.float(), self.im2col_step)
+        return self.output_proj(out.to(value.dtype))
+
+
+def _sample(value: Tensor, shapes: Tensor, starts: Tensor, where: Tensor,
+            weights: Tensor, im2col_step: int) -> Tensor:
+    """mmcv's deformable sampling: its CUDA Function on GPU, its PyTorch
+    implementation elsewhere (looked up when called)."""
+    if value.is_cuda:
+        return msda.MultiScaleDeformableAttnFunction.apply(
+            value, shapes, starts, where, weights, im2col_step)
+    return msda.multi_scale_deformable_attn_pytorch(value, shapes, where,
+                                                    weights)
 
 
 class DWConv(nn.Module):

@@ -1,27 +1,14 @@
-"""mmengine's ``FlexibleRunner`` (DDP and FSDP as strategies) under mmlape's
-tools.
+"""The runner a tool builds: mmengine's ``FlexibleRunner`` strategies
+completed and checked (:func:`check_flexible_runner`), checks on the built
+model (:func:`when_model_built`), a fused optimizer where torch has one.
 
 References:
     mmengine 0.10.7's ``FlexibleRunner`` and strategies
-    (``mmengine._strategy``): the runner keeps the model as a config until
-    ``train()``, ``val()`` or ``test()``, where ``strategy.prepare`` builds
-    it (``strategy.build_model``), wraps it and only then loads or resumes a
-    checkpoint. ``DDPStrategy`` wraps with ``device_ids=[LOCAL_RANK]`` and
-    ``FSDPStrategy`` with ``device_id=LOCAL_RANK``, both CUDA devices;
-    FSDP's full state dict with ``offload_to_cpu=True`` crashes a CPU
-    process (torch 2.13, measured: a segmentation fault on rank 0), and
-    its ``--resume`` fails with torch >= 2.1 (run as
-    :class:`~mmlape.engine.strategies.LaPEFSDPStrategy`).
-
-:func:`check_flexible_runner` checks and completes a ``FlexibleRunner``
-config before the runner is built: strategies whose checkpoints are
-folders are refused with one line
-(:func:`~mmlape.utils.strategies.strategy_refusal`), FSDP saves one full
-checkpoint file, a DDP or FSDP strategy started without a launcher runs as
-one process, and a CPU run (gloo) gets CPU devices.
-:func:`when_model_built` runs a check on the built model, which under
-``FlexibleRunner`` exists only inside ``train()`` / ``test()``, before any
-checkpoint is loaded.
+    (``mmengine._strategy``): the model stays a config until ``train()``,
+    ``val()`` or ``test()``, where ``strategy.prepare`` builds and wraps it
+    and then loads a checkpoint; DDP and FSDP wrap with CUDA devices; on
+    the CPU, FSDP's full state dict with ``offload_to_cpu=True`` crashes
+    rank 0 (torch 2.13, measured).
 """
 from typing import Any, Callable, List, Optional
 
@@ -29,13 +16,12 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config
 
-from mmlape.utils.errors import one_line
+from mmlape.utils.errors import UsageError, one_line
 from mmlape.utils.strategies import strategy_refusal
-from .preflight import UsageError
 
 __all__ = [
-    'check_flexible_runner', 'fsdp_cpu_problem', 'is_flexible_runner',
-    'when_model_built'
+    'check_flexible_runner', 'fit_fused_optimizer', 'fsdp_cpu_problem',
+    'is_flexible_runner', 'when_model_built'
 ]
 
 #: The arguments every strategy takes (mmengine's ``BaseStrategy``).
@@ -113,7 +99,7 @@ def check_flexible_runner(cfg: Config,
     Args:
         cfg (Config): The run's config (``launcher`` set).
         on_cpu (bool): A distributed run on CPU processes
-            (:func:`~mmlape.apis.setup_cpu_distributed`).
+            (:func:`~mmlape.hosts.setup_cpu_distributed`).
         world_size (int): The number of processes. Defaults to 1.
 
     Returns:
@@ -217,3 +203,25 @@ def when_model_built(runner: Any, check: Callable[..., Any], *args,
         return model
 
     strategy.build_model = build_then_check
+
+
+def fit_fused_optimizer(cfg: Config, device: str) -> Optional[str]:
+    """Drop ``optim_wrapper.optimizer.fused=True`` where torch has no fused
+    kernel for the run's ``device``: the configs ask for fused AdamW (one
+    kernel for every parameter's update), which torch offers on CUDA, the
+    CPU and a few other devices.
+
+    Returns:
+        str, optional: What was changed, for the run's log; None when
+        nothing was.
+    """
+    optimizer = (cfg.get('optim_wrapper') or {}).get('optimizer')
+    if not isinstance(optimizer, dict) or not optimizer.get('fused'):
+        return None
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    supported = _get_fused_kernels_supported_devices()
+    if device in supported:
+        return None
+    optimizer.pop('fused')
+    return (f'optimizer {optimizer.get("type")}: torch has no fused kernel '
+            f'for {device} (only {supported}); using the unfused one')

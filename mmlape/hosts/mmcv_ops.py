@@ -1,64 +1,45 @@
-"""mmcv's compiled ops in float32 under mixed precision.
+"""mmcv's compiled ops in float32 under mixed precision, during the steps
+of the models that need it.
 
 References:
-    mmcv 2.1.0's op wrappers (``mmcv/ops/multi_scale_deform_attn.py``,
-    ``roi_align.py``, ``nms.py``) and their kernels: the CUDA kernels of
-    deformable attention and RoIAlign dispatch float32, float64 and float16
-    (not bfloat16), NMS reads float32 only (open-mmlab/mmcv issues #2878,
-    #3061); ``torch.amp.custom_fwd(cast_inputs=torch.float32)``, which the
-    official ViT-Adapter code puts on its deformable-attention function.
+    mmcv 2.1.0's ops and kernels: deformable attention and RoIAlign
+    dispatch float32, float64 and float16 (not bfloat16), NMS float32 only
+    (open-mmlab/mmcv issues #2878, #3061);
+    ``torch.amp.custom_fwd(cast_inputs=torch.float32)``.
 
-Under bfloat16 autocast on a GPU, ViT-Adapter's deformable attention hands
-mmcv's CUDA kernel a bfloat16 ``value`` and Mask R-CNN's RoIAlign a
-bfloat16 feature map, and both stop with a dtype error; NMS stops on any
-half-precision box. On CPU the deformable attention takes mmcv's PyTorch
-path, so CPU runs never showed it.
-
-:func:`install_float32_mmcv_ops` (called by ``import mmlape``) wraps the
-``forward`` and ``backward`` of the autograd Functions listed in
-:data:`MMCV_FLOAT32_OPS` so that no float16/bfloat16 tensor reaches mmcv's
-compiled dispatch:
-
-- inside autocast of the inputs' device type (``cuda`` on a GPU, ``cpu`` in
-  the tests), floating inputs are cast to float32 and the op runs with
-  autocast disabled, as ``torch.amp.custom_fwd(cast_inputs=torch.float32)``
-  runs a function;
-- outside autocast, an op that receives a float16/bfloat16 tensor computes
-  in float32;
-- either way the result comes back in the dtype the op would have returned
-  (that of its first floating input), because callers rely on it: mmdet's
-  ``SingleRoIExtractor`` writes RoIAlign's output into a tensor of the
-  features' dtype, which refuses float32 under bf16 autocast. (Where
-  ``custom_fwd`` would return float32, as ViT-Adapter's deformable attention
-  does, the next op is a linear layer that autocast casts to the half dtype
-  anyway: the same numbers.)
-- float32 inputs without autocast run the op untouched.
-
-The gradients flow back to the original inputs in the inputs' own dtypes.
-The deformable attention therefore runs in float32 under float16 autocast
-too (as in the official ViT-Adapter), where mmcv's half kernel would have
-taken it. The wrapping is idempotent and keeps the original functions as
-``__wrapped__``. It lives with the layers because it concerns the mmcv ops
-the models run (``adapter.py`` imports ``mmcv.ops`` already); ``utils``
-knows no model and imports no ops.
+mmdet's heads call RoIAlign and NMS, which stop on bfloat16 (NMS on any
+half) tensors under autocast on a GPU. Inside :func:`float32_mmcv_ops`,
+the Functions of :data:`MMCV_FLOAT32_OPS` hand their kernels float32:
+floating inputs are cast to float32 and the op runs with autocast off
+(under autocast, or when an input is half); the result comes back in the
+dtype of the first floating input (mmdet's ``SingleRoIExtractor`` needs
+it) and the gradients in the inputs' dtypes; float32 without autocast
+runs untouched. The first use wraps the Functions once (mmcv's kept as
+``__wrapped__``); outside the context the wrappers call mmcv's, so other
+models run the ops as mmcv ships them. :class:`Float32MmcvOpsHook` opens
+the context around a run's steps. (``DeformAttn``, the ViT-Adapter's,
+runs its sampling in float32 itself.)
 """
 import contextlib
 import functools
 import importlib
-from typing import (Any, Callable, ContextManager, List, NamedTuple, Optional,
-                    Tuple)
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
+from mmengine.hooks import Hook
 from torch import Tensor
 
+from mmlape.registry import HOOKS
+
 __all__ = [
-    'MMCV_FLOAT32_OPS', 'float32_autograd_function', 'install_float32_mmcv_ops'
+    'MMCV_FLOAT32_OPS', 'Float32MmcvOpsHook', 'float32_autograd_function',
+    'float32_mmcv_ops', 'install_float32_mmcv_ops', 'use_float32_mmcv_ops'
 ]
 
-#: ``(module, class)`` of the mmcv autograd Functions mmlape's models and
-#: configs run: ViT-Adapter's deformable attention, Mask R-CNN's RoIAlign
-#: (mmdet's ``SingleRoIExtractor``) and NMS (mmdet's RPN and box
-#: post-processing, through ``batched_nms``).
+#: ``(module, class)`` of the mmcv autograd Functions whose kernels take no
+#: bfloat16: Mask R-CNN's RoIAlign (mmdet's ``SingleRoIExtractor``), NMS
+#: (mmdet's RPN and box post-processing, through ``batched_nms``) and the
+#: deformable attention of mmdet's own models.
 MMCV_FLOAT32_OPS: Tuple[Tuple[str, str], ...] = (
     ('mmcv.ops.multi_scale_deform_attn', 'MultiScaleDeformableAttnFunction'),
     ('mmcv.ops.roi_align', 'RoIAlignFunction'),
@@ -68,6 +49,8 @@ MMCV_FLOAT32_OPS: Tuple[Tuple[str, str], ...] = (
 _HALF = (torch.float16, torch.bfloat16)
 _MARK = '_mmlape_float32'
 _PLAN = '_mmlape_float32_plan'
+#: How many :func:`float32_mmcv_ops` contexts are open.
+_ACTIVE = 0
 
 
 class _Plan(NamedTuple):
@@ -98,15 +81,10 @@ def _to_dtype(value: Any, dtype: Optional[torch.dtype]) -> Any:
     return value
 
 
-def _no_autocast(device_type: str) -> ContextManager:
-    """Autocast of ``device_type`` off inside, when it is on."""
-    if _autocast_enabled(device_type):
-        return torch.autocast(device_type, enabled=False)
-    return contextlib.nullcontext()
-
-
 def _plan(args: tuple, kwargs: dict) -> Optional[_Plan]:
     """``None`` when the op can run as it is, else how to run it."""
+    if not _ACTIVE:
+        return None
     tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
     if not tensors:
         return None
@@ -131,7 +109,7 @@ def _wrap_forward(forward: Callable) -> Callable:
             return forward(ctx, *args, **kwargs)
         args = tuple(_to_float32(a) for a in args)
         kwargs = {k: _to_float32(v) for k, v in kwargs.items()}
-        with _no_autocast(plan.device_type):
+        with torch.autocast(plan.device_type, enabled=False):
             out = forward(ctx, *args, **kwargs)
         if isinstance(out, tuple):
             return tuple(_to_dtype(o, plan.out_dtype) for o in out)
@@ -148,7 +126,7 @@ def _wrap_backward(backward: Callable) -> Callable:
         plan = getattr(ctx, _PLAN, None)
         if plan is None:
             return backward(ctx, *grads)
-        with _no_autocast(plan.device_type):
+        with torch.autocast(plan.device_type, enabled=False):
             out = backward(ctx, *(_to_float32(g) for g in grads))
         if not isinstance(out, tuple):
             return _to_dtype(out, plan.in_dtypes[0])
@@ -164,7 +142,8 @@ def float32_autograd_function(cls: type) -> bool:
     """Make an autograd Function hand its compiled kernel no half tensor.
 
     Wraps ``cls.forward`` (and ``cls.backward`` where the class defines one)
-    in place, with the rules of this module's docstring. The Function must
+    in place; inside :func:`float32_mmcv_ops` they follow the rules of this
+    module's docstring, outside it they call the Function's own. It must
     take ``ctx`` as the first argument of ``forward`` (the classic style,
     as mmcv's Functions do).
 
@@ -188,7 +167,8 @@ def float32_autograd_function(cls: type) -> bool:
         >>> float32_autograd_function(Double)
         False
         >>> x = torch.ones(2, dtype=torch.bfloat16, requires_grad=True)
-        >>> with torch.autocast('cpu', dtype=torch.bfloat16):
+        >>> with float32_mmcv_ops(), torch.autocast('cpu',
+        ...                                         dtype=torch.bfloat16):
         ...     y = Double.apply(x)  # forward sees float32
         >>> y.dtype
         torch.bfloat16
@@ -210,7 +190,8 @@ def float32_autograd_function(cls: type) -> bool:
 
 def install_float32_mmcv_ops() -> List[type]:
     """Apply :func:`float32_autograd_function` to the mmcv Functions of
-    :data:`MMCV_FLOAT32_OPS`. Idempotent; ``import mmlape`` calls it.
+    :data:`MMCV_FLOAT32_OPS` (inert outside :func:`float32_mmcv_ops`, which
+    calls it). Idempotent.
 
     Returns:
         list[type]: The Functions this call wrapped (empty when done
@@ -222,3 +203,85 @@ def install_float32_mmcv_ops() -> List[type]:
         if float32_autograd_function(cls):
             wrapped.append(cls)
     return wrapped
+
+
+@contextlib.contextmanager
+def float32_mmcv_ops() -> Iterator[None]:
+    """Inside, mmcv's ops of :data:`MMCV_FLOAT32_OPS` hand their kernels
+    float32 (this module's docstring); contexts nest.
+
+    Example:
+        >>> from mmcv.ops import nms
+        >>> boxes = torch.tensor([[0., 0., 4., 4.], [1., 1., 5., 5.]])
+        >>> with float32_mmcv_ops():
+        ...     _, keep = nms(boxes.bfloat16(), torch.tensor([.9, .8]), .3)
+        >>> keep
+        tensor([0])
+    """
+    global _ACTIVE
+    install_float32_mmcv_ops()
+    _ACTIVE += 1
+    try:
+        yield
+    finally:
+        _ACTIVE -= 1
+
+
+#: The model methods a runner calls for one step.
+STEPS = ('train_step', 'val_step', 'test_step')
+
+
+@HOOKS.register_module()
+class Float32MmcvOpsHook(Hook):
+    """Run each train, val and test step of the runner's model inside
+    :func:`float32_mmcv_ops`; the model's steps are as before after the
+    run.
+
+    A config names it as ``custom_hooks =
+    [dict(type='mmlape.Float32MmcvOpsHook')]`` (mmlape's Mask R-CNN configs
+    do); the tools add it to every mmdet run.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def before_run(self, runner) -> None:
+        model = runner.model
+        self._wrapped = (model, {})
+        for name in STEPS:
+            step = getattr(model, name, None)
+            if step is not None:
+                self._wrapped[1][name] = vars(model).get(name)
+                setattr(model, name, _in_float32(step))
+
+    def after_run(self, runner) -> None:
+        model, saved = getattr(self, '_wrapped', (None, {}))
+        for name, own in saved.items():
+            if own is None:
+                delattr(model, name)
+            else:
+                setattr(model, name, own)
+        self._wrapped = (None, {})
+
+
+def _in_float32(step: Callable) -> Callable:
+
+    @functools.wraps(step)
+    def float32_step(*args, **kwargs):
+        with float32_mmcv_ops():
+            return step(*args, **kwargs)
+
+    return float32_step
+
+
+def use_float32_mmcv_ops(cfg) -> bool:
+    """Add :class:`Float32MmcvOpsHook` to an mmdet config's
+    ``custom_hooks`` unless it is there; return whether it was added."""
+    if cfg.get('default_scope') != 'mmdet':
+        return False
+    hooks = list(cfg.get('custom_hooks') or [])
+    if any(
+            str(h.get('type', '')).split('.')[-1] ==
+            Float32MmcvOpsHook.__name__ for h in hooks if isinstance(h, dict)):
+        return False
+    cfg.custom_hooks = hooks + [dict(type='mmlape.Float32MmcvOpsHook')]
+    return True

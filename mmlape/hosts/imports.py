@@ -1,4 +1,5 @@
-"""Keep the host libraries importable beside newer third-party packages.
+"""Adjust a host module right after it is imported (:func:`after_import`),
+and keep mmpretrain importable beside transformers 5 with it.
 
 mmpretrain 1.2.0 (its latest release) imports its multimodal models (BLIP,
 BLIP-2, OFA, LLaVA, ...) whenever ``transformers >= 4.28`` is installed, and
@@ -15,9 +16,9 @@ mmpretrain <= 1.2.0, :func:`keep_mmpretrain_importable` tells mmpretrain
 that its multimodal dependencies are missing, before mmpretrain reads that
 flag; mmpretrain then registers the placeholders it has for that case
 (building one raises an ImportError that asks for mmpretrain's multimodal
-extras). It imports neither
-library: it reads their installed versions, and patches
-``mmpretrain.utils.dependency`` when (and if) something imports it.
+extras). It imports neither library: it reads their installed versions,
+and patches ``mmpretrain.utils.dependency`` when (and if) something
+imports it.
 """
 import importlib.abc
 import importlib.machinery
@@ -57,43 +58,19 @@ def _switch_off(module) -> None:
     module.WITH_MULTIMODAL = False
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds ``mmpretrain.utils.dependency`` as Python would, and switches
-    its multimodal flag off right after the module runs."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != DEPENDENCY_MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            _switch_off(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def keep_mmpretrain_importable() -> bool:
     """Switch mmpretrain's multimodal models off where they cannot be
     imported (see the module's docstring). Idempotent; returns whether the
     switch is (or will be) made."""
     if not mmpretrain_needs_patch():
         return False
-    loaded = sys.modules.get(DEPENDENCY_MODULE)
-    if loaded is not None:
-        _switch_off(loaded)
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    after_import(DEPENDENCY_MODULE, _switch_off)
     return True
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds one module as Python would and calls ``callback(module)`` right
-    after the module's code has run (the module itself is not changed)."""
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds one module as Python would, calls ``callback(module)`` right
+    after the module's code has run, and leaves ``sys.meta_path``."""
 
     def __init__(self, fullname: str, callback: Callable) -> None:
         self.fullname = fullname
@@ -110,6 +87,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_module(module):
             run(module)
             callback(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -130,7 +109,7 @@ def after_import(fullname: str, callback: Callable) -> None:
         callback(loaded)
         return
     for finder in sys.meta_path:
-        if (isinstance(finder, _AfterImport) and finder.fullname == fullname
+        if (isinstance(finder, _PatchOnImport) and finder.fullname == fullname
                 and finder.callback is callback):
             return
-    sys.meta_path.insert(0, _AfterImport(fullname, callback))
+    sys.meta_path.insert(0, _PatchOnImport(fullname, callback))

@@ -28,7 +28,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 from mmengine.config import Config
 
 from mmlape.utils.errors import DataError
-from .preflight import _ALL_PHASES, _dataset_cfgs
+from .checks import ALL_PHASES, dataset_cfgs
 
 __all__ = [
     'check_dataset_labels', 'model_num_classes', 'use_checked_label_maps'
@@ -165,7 +165,7 @@ def _check_coco(path: str, classes: Optional[Sequence[str]],
 
 
 def check_dataset_labels(cfg: Config,
-                         phases: Sequence[str] = _ALL_PHASES) -> None:
+                         phases: Sequence[str] = ALL_PHASES) -> None:
     """Check the labels of the phases' datasets against the model's
     classes (:func:`model_num_classes`, else the dataset's classes).
 
@@ -188,7 +188,7 @@ def check_dataset_labels(cfg: Config,
     if scope not in ('mmpretrain', 'mmdet'):
         return
     model = model_num_classes(cfg)
-    for key, ds in _dataset_cfgs(cfg, phases):
+    for key, ds in dataset_cfgs(cfg, phases):
         cls = _dataset_class(scope, ds)
         if cls is None:
             continue
@@ -222,7 +222,7 @@ def check_dataset_labels(cfg: Config,
 
 
 def use_checked_label_maps(cfg: Config,
-                           phases: Sequence[str] = _ALL_PHASES) -> int:
+                           phases: Sequence[str] = ALL_PHASES) -> int:
     """Put ``mmlape.CheckLabelMap`` after every ``LoadAnnotations`` of the
     phases' pipelines of an mmseg config, with the model's classes
     (:func:`model_num_classes`) and its decode head's ignore index; return
@@ -265,7 +265,7 @@ def use_checked_label_maps(cfg: Config,
             return type(node)(out) if isinstance(node, tuple) else out
         return node
 
-    for _, ds in _dataset_cfgs(cfg, phases):
+    for _, ds in dataset_cfgs(cfg, phases):
         if ds.get('pipeline') is not None:
             ds['pipeline'] = visit(ds['pipeline'])
     return added

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from mmlape.utils.device import require_usable_gpu
-from .preflight import UsageError
+from mmlape.utils.errors import UsageError
 
 __all__ = [
     'LAUNCHER_VARIABLES', 'check_launcher_env', 'setup_cpu_distributed',
@@ -56,7 +56,7 @@ def check_launcher_env(launcher: str, env=None) -> None:
         >>> check_launcher_env('pytorch', env={})
         Traceback (most recent call last):
         ...
-        mmlape.apis.preflight.UsageError: --launcher pytorch: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set; start the processes with torchrun: tools/dist_train.sh CONFIG GPUS, tools/dist_test.sh CONFIG CHECKPOINT GPUS
+        mmlape.utils.errors.UsageError: --launcher pytorch: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set; start the processes with torchrun: tools/dist_train.sh CONFIG GPUS, tools/dist_test.sh CONFIG CHECKPOINT GPUS
     """  # noqa: E501
     env = os.environ if env is None else env
     names, how = LAUNCHER_VARIABLES.get(launcher, ((), ''))

@@ -1,49 +1,22 @@
 """mmlape's models in mmpretrain's model hub.
 
 References:
-    mmpretrain 1.2.0, ``mmpretrain/apis/model.py``: ``ModelHub`` (the names
-    ``list_models``, ``get_model`` and ``inference_model`` resolve; it
-    reads mmpretrain's own model index lazily, on the first lookup, in
-    ``ModelHub._register_mmpretrain_models``), and ``inference_model``,
-    which picks an inferencer from the tasks of the model's
-    ``metainfo.results``.
+    mmpretrain 1.2.0, ``mmpretrain/apis/model.py``: ``ModelHub`` (reads
+    mmpretrain's model index on the first lookup, in
+    ``ModelHub._register_mmpretrain_models``) and ``inference_model``
+    (picks an inferencer from the task of the model's ``metainfo``).
 
-After ``import mmlape``, mmpretrain's model APIs know mmlape's
-classification configs by their names (the model index's ``Name``, the
-config's file name)::
-
-    import mmlape
-    from mmpretrain import get_model, inference_model, list_models
-    list_models('deit-tiny-*')          # mmpretrain's and mmlape's
-    model = get_model('deit-tiny-mpvg_4xb256_in1k')
-    inference_model(model, 'demo.jpg')  # ImageClassificationInferencer
-
-Why ``inference_model`` said "No available inferencer for the model": it
-reads the task from the hub's record of the model (``model._metainfo``,
-which ``get_model`` sets only when the model is named: a model built from a
-config file or ``Config`` has none, mmpretrain's own configs included),
-and mmlape's configs were in no hub. Registered here, every mmlape entry
-states its task: a config a paper reports carries its published results;
-one no paper reports gets a result that names only its task and dataset
-(no metrics). ``get_model`` given the path (or the ``Config``) of one of
-mmlape's indexed configs attaches that config's record too, so
-``inference_model`` works on such a model as on a named one.
-
-Which entries: those whose ``Metadata.Default Scope`` is ``mmpretrain``
-(mmpretrain builds them; the detection and segmentation configs are mmdet's
-and mmseg's, whose inferencers take the config path). Where mmlape's name
-is also one of mmpretrain's own models (``deit-tiny_4xb256_in1k``,
+After :func:`install_mmpretrain_hub`, ``list_models``, ``get_model`` and
+``inference_model`` know mmlape's classification configs (the index
+entries whose ``Default Scope`` is mmpretrain) by name, each entry with a
+task (published results, or a result naming only task and dataset).
+``get_model`` given the path or ``Config`` of such a config attaches its
+record too. Where a name is also mmpretrain's (``deit-tiny_4xb256_in1k``,
 ``deit-small_4xb256_in1k``, ``swin-tiny_16xb64_in1k``), the plain name
-stays mmpretrain's (its model and its released weights) and mmlape's is
-``mmlape::<name>``; every mmlape entry answers to that prefix.
-
-When: mmpretrain reads its own index only on the first lookup (3-4 s), and
-registering after it keeps mmpretrain's names and conflict check intact,
-so mmlape registers in the same step: ``import mmlape`` wraps
-``ModelHub._register_mmpretrain_models`` (and ``get_model``, for the
-config paths) as soon as ``mmpretrain.apis.model`` is imported (at once if
-it already is), without importing mmpretrain itself
-(:func:`mmlape.utils.host_compat.after_import`).
+stays mmpretrain's; every mmlape entry answers to ``mmlape::<name>``.
+mmlape's entries are registered right after mmpretrain reads its own, by
+a wrapper installed when ``mmpretrain.apis.model`` is imported
+(:func:`~.imports.after_import`: mmpretrain is not imported here).
 """
 import copy
 import functools
@@ -52,7 +25,7 @@ import os.path as osp
 import sys
 from typing import Dict, List, Optional
 
-from mmlape.utils.host_compat import after_import
+from .imports import after_import
 
 __all__ = [
     'HUB_MODULE', 'PREFIX', 'model_index_path', 'mmpretrain_entries',
@@ -199,5 +172,5 @@ def _wrap_hub(module) -> None:
 
 def install_mmpretrain_hub() -> None:
     """Make mmpretrain's hub know mmlape's models, when (and if) mmpretrain
-    is imported; imports nothing itself. Called by ``import mmlape``."""
+    is imported; imports nothing itself. Idempotent."""
     after_import(HUB_MODULE, _wrap_hub)

@@ -1,0 +1,49 @@
+"""Every adjustment mmlape makes to a host library (torch, mmengine, mmcv,
+mmpretrain), in one place.
+
+``import mmlape`` registers mmlape's modules and applies none of these:
+the entry points that need one apply it. mmlape's tools call
+:func:`apply` (and add :class:`Float32MmcvOpsHook` to mmdet runs); code of
+one's own calls :func:`apply` or one of the narrower functions; a config
+run by a host library's own tools names :mod:`mmlape.hosts.applied` in its
+``custom_imports``.
+
+- :func:`install_safe_loading`: mmengine loads local checkpoints with
+  weights only, and torch allow-lists OpenMMLab's training state.
+- :func:`keep_mmpretrain_importable`: mmpretrain 1.2.0 imports beside
+  transformers >= 5.
+- :func:`install_mmpretrain_hub`: mmpretrain's ``list_models``,
+  ``get_model`` and ``inference_model`` know mmlape's configs by name.
+- :func:`float32_mmcv_ops`, :class:`Float32MmcvOpsHook`: mmcv's RoIAlign,
+  NMS and deformable attention run in float32 under autocast, during a
+  model's steps.
+- :func:`setup_cpu_distributed`, :func:`check_launcher_env`: mmengine's
+  launchers on machines without CUDA, and their variables.
+- :func:`quiet_host_notices`, :func:`quiet_logger`: the host libraries'
+  harmless notices kept out of a run's output.
+"""
+from .checkpoints import install_safe_loading
+from .dist import check_launcher_env, setup_cpu_distributed, slurm_to_torch_env
+from .hub import install_mmpretrain_hub
+from .imports import after_import, keep_mmpretrain_importable
+from .mmcv_ops import (Float32MmcvOpsHook, float32_mmcv_ops,
+                       install_float32_mmcv_ops, use_float32_mmcv_ops)
+from .quiet import quiet_host_notices, quiet_logger
+
+__all__ = [
+    'Float32MmcvOpsHook', 'after_import', 'apply', 'check_launcher_env',
+    'float32_mmcv_ops', 'install_float32_mmcv_ops', 'install_mmpretrain_hub',
+    'install_safe_loading', 'keep_mmpretrain_importable', 'quiet_host_notices',
+    'quiet_logger', 'setup_cpu_distributed', 'slurm_to_torch_env',
+    'use_float32_mmcv_ops'
+]
+
+
+def apply() -> None:
+    """What a process that runs mmlape's configs needs of the host
+    libraries, for the whole process: safe checkpoint loading, mmpretrain
+    importable, mmpretrain's hub knowing mmlape's models. Idempotent;
+    imports no host task library."""
+    install_safe_loading()
+    keep_mmpretrain_importable()
+    install_mmpretrain_hub()
