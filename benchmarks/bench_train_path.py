@@ -281,7 +281,8 @@ def load_run_config(path: str):
     from mmengine.registry import init_default_scope
 
     import mmlape  # noqa: F401
-    from mmlape.apis import register_scope_modules, use_checked_image_loading
+    from mmlape.apis import register_scope_modules
+    from mmlape.datasets.checks import use_checked_image_loading
     cfg = Config.fromfile(path)
     init_default_scope(register_scope_modules(cfg))
     use_checked_image_loading(cfg, ('train', ))

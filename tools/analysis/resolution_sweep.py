@@ -158,8 +158,9 @@ def load(config: str, checkpoint: str, data: str, antialias: bool,
     from mmengine.config import Config
 
     from mmlape.analysis import build_from_config
-    from mmlape.apis import (check_checkpoint_fits, check_dataset_paths,
-                             use_checked_image_loading)
+    from mmlape.apis import check_checkpoint_fits
+    from mmlape.datasets.checks import (check_dataset_paths,
+                                        use_checked_image_loading)
     if not osp.isfile(config):
         raise UsageError(f'config file "{config}" does not exist')
     cfg = Config.fromfile(config)
