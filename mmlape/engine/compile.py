@@ -36,13 +36,22 @@ from mmlape.utils.errors import ConfigError
 
 __all__ = [
     'CompileHook', 'compile_targets', 'compile_unavailable', 'graph_count',
-    'use_compile_hook'
+    'recompile_limit_name', 'use_compile_hook'
 ]
 
 #: The encoder blocks a regional compile compiles.
 BLOCK_TYPES = (TransformerBlock, SwinBlock)
 #: Task scopes whose models see images of many sizes.
 DENSE_SCOPES = ('mmdet', 'mmseg')
+
+
+def recompile_limit_name() -> str:
+    """The name of dynamo's recompile limit in this torch
+    (``cache_size_limit`` before torch 2.7)."""
+    import torch._dynamo as dynamo
+    return next(
+        name for name in ('recompile_limit', 'cache_size_limit')
+        if hasattr(dynamo.config, name))
 
 
 def graph_count() -> int:
@@ -170,10 +179,7 @@ class CompileHook(Hook):
         targets, what = compile_targets(model, self.regional,
                                         runner.cfg.get('default_scope'))
         import torch._dynamo as dynamo
-        for name in ('recompile_limit', 'cache_size_limit'):
-            if hasattr(dynamo.config, name):  # renamed in torch 2.7
-                setattr(dynamo.config, name, self.recompile_limit)
-                break
+        setattr(dynamo.config, recompile_limit_name(), self.recompile_limit)
         options = {k: v for k, v in self.options.items() if v is not None}
         for module in targets:
             module.compile(**options)

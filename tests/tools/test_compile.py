@@ -17,7 +17,7 @@ from mmengine.logging import MMLogger
 
 from mmlape.engine.compile import (CompileHook, compile_targets,
                                    compile_unavailable, graph_count,
-                                   use_compile_hook)
+                                   recompile_limit_name, use_compile_hook)
 from mmlape.utils.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -26,11 +26,12 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 @pytest.fixture
 def fresh_dynamo():
     import torch._dynamo as dynamo
-    limit = dynamo.config.recompile_limit
+    name = recompile_limit_name()
+    limit = getattr(dynamo.config, name)
     dynamo.reset()
     yield
     dynamo.reset()
-    dynamo.config.recompile_limit = limit
+    setattr(dynamo.config, name, limit)
 
 
 class Records(logging.Handler):
@@ -120,13 +121,13 @@ def test_unavailable_compiler_runs_eager_after_one_line(
         for m in model.modules())
 
 
-def test_missing_cpp_compiler_is_named(monkeypatch):
+def test_missing_cpp_compiler_is_named():
     from torch._inductor import config
     from torch._inductor.cpp_builder import cpp_compiler_search
-    monkeypatch.setattr(config.cpp, 'cxx', (None, '/nonexistent/c++'))
     cpp_compiler_search.cache_clear()
     try:
-        reason = compile_unavailable('inductor', 'cpu')
+        with config.patch({'cpp.cxx': (None, '/nonexistent/c++')}):
+            reason = compile_unavailable('inductor', 'cpu')
     finally:
         cpp_compiler_search.cache_clear()
     assert 'C++ compiler' in reason and '/nonexistent/c++' in reason
@@ -140,7 +141,7 @@ def test_classifier_compiles_its_backbone_whole(fresh_dynamo):
     hook = CompileHook(backend='eager', recompile_limit=5)
     hook.before_run(runner)
     import torch._dynamo as dynamo
-    assert dynamo.config.recompile_limit == 5
+    assert getattr(dynamo.config, recompile_limit_name()) == 5
     assert model.backbone._compiled_call_impl is not None
     assert 'the backbone (LaPEViT) whole' in records.lines[-1]
     img = torch.randn(2, 3, 32, 32)
