@@ -1,5 +1,6 @@
 """benchmarks/bench_pe_add.py in a tiny run: its byte counts say what the
 per-layer add costs under autocast."""
+import json
 import os.path as osp
 import sys
 
@@ -32,3 +33,35 @@ def test_tiny_run_table(capsys):
     assert eval_x['default'] == 1.0
     assert 1.0 < eval_x['add_attn_pe'] < 1.01 < eval_x['float32 add']
     assert 'max abs difference 0.0e+00' in out
+
+
+def test_kernel_probe_tiny(tmp_path):
+    """``bench_pe_add_kernels.py``: every way of writing the add gives the
+    float32 sum rounded once (but the cast-then-add), timed against the
+    cast, and whole timm eval steps with the add in each block."""
+    import bench_pe_add_kernels as probe
+    import torch
+    assert probe.main([
+        '--tiny', '--device', 'cpu', '--reps', '1', '--rounds', '1',
+        '--shapes', 'deit-tiny', '--models', '--out',
+        str(tmp_path)
+    ]) == 0
+    report = json.loads((tmp_path / 'pe_add_kernels.json').read_text())
+    rows = {r['path']: r for r in report['rows']}
+    assert list(rows) == list(probe.paths(torch.bfloat16))
+    assert rows['cast']['x_cast'] == 1.0
+    assert rows['cast']['equals_float32_sum_rounded'] is None
+    for path in ('add to dtype', 'add to dtype, pe expanded',
+                 'float32 add, then cast'):
+        assert rows[path]['equals_float32_sum_rounded'] is True, path
+        assert 'aten::add' in rows[path]['kernels']
+    models = report['models']
+    assert [m['variant'] for m in models] == [
+        'default (timm as is)', 'add to dtype', 'float32 add',
+        'add to dtype + PE norm (LaPE)'
+    ]
+    assert models[0]['x_default'] == 1.0
+    assert all(m['ms'] > 0 for m in models)
+    md = (tmp_path / 'pe_add_kernels.md').read_text()
+    assert '| deit-tiny b2 | add to dtype |' in md
+    assert '| vit_tiny_patch16_224 b2 | float32 add |' in md
