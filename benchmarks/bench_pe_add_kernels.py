@@ -14,6 +14,8 @@ way of writing the add is fastest, for DeiT's eval shapes:
 - ``add to dtype, pe expanded``: the same with ``pe`` made ``(B, N, C)``
   beforehand (not a candidate: it shows what the broadcast costs);
 - ``float32 add, then cast`` and ``cast, then add``: two kernels each;
+- ``mmlape add_to_dtype``: mmlape's add (its Triton kernel on a GPU), where
+  mmlape is installed;
 - each of them after the LayerNorm (``norm+``), as a layer runs them.
 
 With ``--models``, whole eval steps of timm's ViT (if timm is installed)
@@ -70,6 +72,16 @@ def compiled_paths(dtype: torch.dtype) -> Dict[str, Callable]:
         'compiled cast': lambda h, pe, full: cast(h),
         'compiled add to dtype': lambda h, pe, full: add(h, pe),
     }
+
+
+def mmlape_add():
+    """mmlape's ``add_to_dtype`` (its Triton kernel on a GPU), or None where
+    mmlape is not installed."""
+    try:
+        from mmlape.models.layers.pe_add import add_to_dtype
+    except ImportError:
+        return None
+    return add_to_dtype
 
 
 def timer(device: torch.device, fn: Callable, reps: int, rounds: int) -> float:
@@ -136,9 +148,11 @@ class NormThenAdd(torch.nn.Module):
     def forward(self, x):
         h = self.norm(x)
         pe = self.pe_norm(self.pe) if self.pe_norm is not None else self.pe
-        if self.how == 'to dtype' and h.dtype != self.dtype:
-            return torch.add(h, pe, out=torch.empty_like(h, dtype=self.dtype))
-        return h + pe
+        if h.dtype == self.dtype or self.how == 'float32':
+            return h + pe
+        if self.how == 'mmlape':
+            return mmlape_add()(h, pe, self.dtype)
+        return torch.add(h, pe, out=torch.empty_like(h, dtype=self.dtype))
 
 
 def model_rows(args, device, dtype) -> List[Dict]:
@@ -156,10 +170,13 @@ def model_rows(args, device, dtype) -> List[Dict]:
         C = base.embed_dim
         g = torch.Generator().manual_seed(0)
         variants = {'default (timm as is)': base}
-        for label, how, pe_norm in (('add to dtype', 'to dtype',
-                                     False), ('float32 add', 'float32', False),
-                                    ('add to dtype + PE norm (LaPE)',
-                                     'to dtype', True)):
+        hows = [('add to dtype', 'to dtype', False),
+                ('float32 add', 'float32', False),
+                ('add to dtype + PE norm (LaPE)', 'to dtype', True)]
+        if mmlape_add() is not None:
+            hows += [('mmlape add_to_dtype', 'mmlape', False),
+                     ('mmlape add_to_dtype + PE norm (LaPE)', 'mmlape', True)]
+        for label, how, pe_norm in hows:
             m = copy.deepcopy(base)
             for blk in m.blocks:
                 pe = torch.randn(1, N, C, generator=g).to(device)
@@ -211,6 +228,10 @@ def run(args) -> Dict:
         h = F.layer_norm(x, (C, ), w, b)
         want = (h + pe).to(dtype)
         ways = dict(paths(dtype))
+        mine = mmlape_add()
+        if mine is not None:
+            ways['mmlape add_to_dtype'] = lambda h, pe, full: mine(
+                h, pe, dtype)
         if args.compiled:
             ways.update(compiled_paths(dtype))
         for label, f in ways.items():

@@ -19,11 +19,14 @@
 # Environment:
 #   PYTHON       interpreter (default: python3)
 #   BUILD_DIR    where setup.sh builds and the results go (default: .gpu_build)
-#   SECTIONS     bench_gpu.py sections, in order, and `trainpath`
-#                (benchmarks/bench_train_path.py --amp for DeiT-Ti:
+#   SECTIONS     bench_gpu.py sections, in order, `kernels`
+#                (benchmarks/bench_pe_add_kernels.py --compiled --models: the
+#                per-layer add's kernels, mmlape's Triton one included, and
+#                timm eval steps with the add; its table in kernels/) and
+#                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti:
 #                tools/train.py end to end, eager then compiled, beside the model-only
 #                step and the loader; its tables in trainpath/)
-#                (default: deit msda adapter segmenter dist compile)
+#                (default: kernels deit msda adapter segmenter dist compile)
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
 #   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
 #                512", fewer images to generate)
@@ -33,7 +36,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 BUILD=${BUILD_DIR:-.gpu_build}
 DIR=$BUILD/acceptance
-SECTIONS=${SECTIONS:-deit msda adapter segmenter dist compile}
+SECTIONS=${SECTIONS:-kernels deit msda adapter segmenter dist compile}
 mode=${1:-run}
 seconds=${2:-540}
 
@@ -52,6 +55,13 @@ trainpath() {
     done
 }
 
+kernels() {
+    "$PY" benchmarks/bench_pe_add_kernels.py --compiled --models \
+        --reps 100 --rounds 15 --out "$DIR/kernels" &&
+        cp "$DIR/kernels/pe_add_kernels.json" "$DIR/kernels.done" ||
+        echo "[acceptance] kernels: bench_pe_add_kernels.py failed"
+}
+
 run_all() {
     mkdir -p "$DIR"
     echo running > "$DIR/status"
@@ -64,8 +74,8 @@ run_all() {
             echo "[acceptance] $section: rows exist, not run again"
             continue
         fi
-        if [[ $section == trainpath ]]; then
-            trainpath
+        if [[ $section == trainpath || $section == kernels ]]; then
+            [[ -f $DIR/$section.done ]] || $section
             continue
         fi
         # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
@@ -78,7 +88,8 @@ run_all() {
         fi
     done
     "$PY" benchmarks/bench_gpu.py --merge "$DIR"/*.json > "$DIR/table.md"
-    cat "$DIR"/trainpath/*.md >> "$DIR/table.md" 2>/dev/null || true
+    cat "$DIR"/kernels/*.md "$DIR"/trainpath/*.md >> "$DIR/table.md" \
+        2>/dev/null || true
     echo done > "$DIR/status"
 }
 
@@ -87,7 +98,8 @@ export_results() {
     [[ -f $DIR/table.md ]] && cp "$DIR/table.md" "$OUT/"
     [[ -f $DIR/log.txt ]] && tail -c 4000000 "$DIR/log.txt" > "$OUT/log.txt"
     local files=()
-    for f in "$DIR"/*.json "$DIR"/trainpath/*.json "$DIR"/trainpath/*.md \
+    for f in "$DIR"/*.json "$DIR"/kernels/* "$DIR"/trainpath/*.json \
+        "$DIR"/trainpath/*.md \
         "$BUILD/mmcv_build_time.txt"; do
         [[ -f $f ]] && files+=("$f")
     done

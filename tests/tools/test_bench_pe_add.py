@@ -48,17 +48,18 @@ def test_kernel_probe_tiny(tmp_path):
     ]) == 0
     report = json.loads((tmp_path / 'pe_add_kernels.json').read_text())
     rows = {r['path']: r for r in report['rows']}
-    assert list(rows) == list(probe.paths(torch.bfloat16))
+    assert list(rows) == [*probe.paths(torch.bfloat16), 'mmlape add_to_dtype']
     assert rows['cast']['x_cast'] == 1.0
     assert rows['cast']['equals_float32_sum_rounded'] is None
     for path in ('add to dtype', 'add to dtype, pe expanded',
-                 'float32 add, then cast'):
+                 'float32 add, then cast', 'mmlape add_to_dtype'):
         assert rows[path]['equals_float32_sum_rounded'] is True, path
-        assert 'aten::add' in rows[path]['kernels']
+        assert 'aten::add' in rows[path]['kernels'], path
     models = report['models']
     assert [m['variant'] for m in models] == [
         'default (timm as is)', 'add to dtype', 'float32 add',
-        'add to dtype + PE norm (LaPE)'
+        'add to dtype + PE norm (LaPE)', 'mmlape add_to_dtype',
+        'mmlape add_to_dtype + PE norm (LaPE)'
     ]
     assert models[0]['x_default'] == 1.0
     assert all(m['ms'] > 0 for m in models)

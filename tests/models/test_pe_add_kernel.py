@@ -1,0 +1,104 @@
+"""The per-layer PE add's Triton kernel (``mmlape.models.layers.pe_add``):
+its indexing and rounding in Triton's interpreter on the CPU, when it is
+used, and the fall-back to PyTorch's add after a first result that differs
+or an error, said once."""
+import pytest
+import torch
+
+from mmlape.models.layers import pe_add
+
+triton = pytest.importorskip('triton')
+
+
+@pytest.fixture
+def interpreted(monkeypatch):
+    """The kernel built anew under Triton's CPU interpreter."""
+    monkeypatch.setenv('TRITON_INTERPRET', '1')
+    monkeypatch.setattr(pe_add, '_TRITON_KERNEL', None)
+    monkeypatch.setattr(pe_add, '_TRITON_CHECKED', {})
+    yield
+    monkeypatch.setattr(pe_add, '_TRITON_KERNEL', None)
+
+
+@pytest.mark.parametrize('shape', [(3, 197, 12), (2, 5, 8), (1, 4, 1030)])
+def test_kernel_adds_the_pe_to_every_sample(interpreted, shape):
+    # a sample of 2364 values spans three programs, the last one masked
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(*shape, generator=g) * 100
+    pe = torch.randn(1, *shape[1:], generator=g)
+    out = pe_add._launch(h, pe, torch.empty_like(h, dtype=torch.float16))
+    assert torch.equal(out, (h + pe).half())
+    # the interpreter rounds to bfloat16 half-up (a GPU: to nearest even),
+    # so on the CPU the bits agree within one unit of the last place
+    out = pe_add._launch(h, pe, torch.empty_like(h, dtype=torch.bfloat16))
+    want = (h + pe).bfloat16()
+    ulps = out.view(torch.int16).int() - want.view(torch.int16).int()
+    assert ulps.abs().max() <= 1 and (out.sign() == want.sign()).all()
+
+
+def test_which_tensors_the_kernel_takes():
+    h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
+    fits = pe_add._triton_fits
+    assert not fits(h, pe, torch.bfloat16)  # a CPU tensor
+    cuda = torch.cuda.is_available()
+    if cuda:
+        h, pe = h.cuda(), pe.cuda()
+        assert fits(h, pe, torch.bfloat16) and fits(h, pe, torch.float16)
+    assert not fits(h, pe, torch.float32)
+    assert not fits(h, pe.expand(2, 5, 8), torch.bfloat16)
+    assert not fits(h.transpose(1, 2), pe.transpose(1, 2), torch.bfloat16)
+    assert not fits(h.half(), pe, torch.bfloat16)
+
+
+@pytest.fixture
+def on_cpu(monkeypatch):
+    """The kernel's path taken for CPU tensors, its launch counted."""
+    monkeypatch.setattr(pe_add, '_TRITON_CHECKED', {})
+    monkeypatch.setattr(pe_add, '_triton_fits', lambda h, pe, dtype: True)
+    monkeypatch.setattr(pe_add, '_triton_kernel', lambda: (None, None))
+    calls = []
+    return calls
+
+
+def test_a_checked_kernel_is_used_from_then_on(on_cpu, monkeypatch):
+
+    def launch(h, pe, out):
+        on_cpu.append(1)
+        return torch.add(h, pe, out=out)
+
+    monkeypatch.setattr(pe_add, '_launch', launch)
+    h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
+    for _ in range(3):
+        out = pe_add.add_to_dtype(h, pe, torch.bfloat16)
+        assert torch.equal(out, (h + pe).bfloat16())
+    assert len(on_cpu) == 3
+    assert pe_add._TRITON_CHECKED == {(None, torch.bfloat16): True}
+
+
+@pytest.mark.parametrize('fault', ['differs', 'raises'])
+def test_a_kernel_that_fails_its_check_is_left_for_pytorchs_add(
+        fault, on_cpu, monkeypatch):
+    logged = []
+    monkeypatch.setattr(pe_add, 'print_log', lambda msg, logger: logged.append(
+        (msg, logger)))
+
+    def launch(h, pe, out):
+        on_cpu.append(1)
+        if fault == 'raises':
+            raise RuntimeError('PTX .version 9.9 does not support .target\n'
+                               'more lines')
+        return out.fill_(0)
+
+    monkeypatch.setattr(pe_add, '_launch', launch)
+    h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
+    for _ in range(3):
+        out = pe_add.add_to_dtype(h, pe, torch.float16)
+        assert torch.equal(out, (h + pe).half())
+    assert len(on_cpu) == 1  # tried once
+    assert pe_add._TRITON_CHECKED == {(None, torch.float16): False}
+    assert len(logged) == 1 and logged[0][1] == 'current'
+    said = logged[0][0]
+    assert 'Triton kernel is not used' in said and 'cpu' in said
+    why = ("its result differs from PyTorch's add" if fault == 'differs' else
+           'RuntimeError: PTX .version 9.9 does not support .target')
+    assert said.endswith(why), said
