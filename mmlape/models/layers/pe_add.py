@@ -1,14 +1,10 @@
 """The per-layer add of a PE to the attention input, where it costs least.
 
-Under autocast a LayerNorm returns float32 and the attention's projection
-casts its input to the autocast dtype. Adding a float32 PE to the float32
-``norm1(x)`` and letting the projection cast the sum reads and writes the
-``(B, N, C)`` tensor once more than the default join does. Here the add
-writes the autocast dtype directly (``torch.add(..., out=...)``, one kernel
-on a GPU), so it replaces the cast the projection would make: the same
-bytes as the default join's cast, and the same values (the float32 sum
-rounded once). Without autocast, and under ``torch.compile`` (which fuses
-the add into the norm), it is a plain add.
+Under autocast ``norm1(x)`` is float32 and the projection casts it; the
+add writes the autocast dtype directly (``torch.add(..., out=...)``), so it
+replaces that cast instead of adding one more pass over ``(B, N, C)``, with
+the same values (the float32 sum rounded once). Without autocast, and under
+``torch.compile``, it is a plain add.
 """
 from typing import Optional
 
