@@ -1,7 +1,5 @@
 """Whether a checkpoint is the model of a run (``--resume``, ``tools/test.py``,
-the analysis tools) or a source it fine-tunes from.
-
-"""
+the analysis tools) or a source it fine-tunes from."""
 import os
 from typing import Any, Optional
 

@@ -37,10 +37,8 @@ __all__ = [
 
 
 def apply() -> None:
-    """What a process that runs mmlape's configs needs of the host
-    libraries, for the whole process: safe checkpoint loading, mmpretrain
-    importable, mmpretrain's hub knowing mmlape's models. Idempotent;
-    imports no host task library."""
+    """Safe checkpoint loading, mmpretrain importable and mmpretrain's hub
+    knowing mmlape's models, for the whole process. Idempotent."""
     install_safe_loading()
     keep_mmpretrain_importable()
     install_mmpretrain_hub()
