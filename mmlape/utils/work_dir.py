@@ -69,8 +69,8 @@ def write_error(err: OSError,
                 work_dir: str,
                 path: Optional[str] = None,
                 checkpoint: bool = False) -> WorkDirError:
-    """The one-line error for ``err``, an OS error writing ``path`` (or a
-    file of ``work_dir``) in a run whose work dir is ``work_dir``.
+    """The one-line error for ``err``, an OS error writing ``path`` in a
+    run whose work dir is ``work_dir``.
 
     Args:
         err (OSError): The error.
@@ -78,8 +78,7 @@ def write_error(err: OSError,
         path (str, optional): The file being written. Defaults to
             ``err.filename``.
         checkpoint (bool): The file is a checkpoint
-            (:class:`~mmlape.utils.errors.CheckpointSaveError`, a
-            ``PermissionError`` too for a missing permission). Defaults to
+            (:class:`~mmlape.utils.errors.CheckpointSaveError`). Defaults to
             False.
 
     Returns:

@@ -153,13 +153,9 @@ class LaPESwin(LaPEBackbone):
             shift (dense tasks). Defaults to False.
         norm_cfg (dict, optional): The output norms ``norm{s}``; None for
             none. Defaults to ``dict(type='LN')``.
-        stage_cfgs (dict | Sequence[dict]): Per stage (one dict for all, or
-            one per stage): ``window_size``, ``block_cfgs`` (a dict or one
-            per block: ``window_size``, ``ffn_ratio``, ``norm_cfg``,
-            ``shift``, ``drop_path``, ``pad_small_map``, ``with_cp``; empty
-            ``attn_cfgs``/``ffn_cfgs``) and ``downsample_cfg``
-            (``norm_cfg``). The PE norms take the blocks' norm. Defaults to
-            an empty dict.
+        stage_cfgs (dict | Sequence[dict]): mmpretrain's ``stage_cfgs``
+            (see :func:`~.swin_arch.stage_settings`); the PE norms take the
+            blocks' norm. Defaults to an empty dict.
         patch_cfg (dict): The patch embedding's ``norm_cfg`` (None for
             none); ``kernel_size``/``stride`` may repeat ``patch_size``.
             Defaults to an empty dict.
@@ -168,12 +164,10 @@ class LaPESwin(LaPEBackbone):
         pe_join (dict | str, optional): ``Default``, ``LaPE``, ``PVG`` or
             ``MPVG`` (with their options). Defaults to None (``Default``,
             see ``use_abs_pos_embed``).
-        cache_pe_plan (bool): In eval mode without autograd, build the PE
-            plan once per grid and reuse it until a weight changes.
-            Defaults to True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
-            prefix='backbone.')`` loads an mmlape, official or mmpretrain
-            Swin checkpoint (see :meth:`load_pretrained`). Defaults to None.
+        cache_pe_plan (bool): See :class:`LaPEBackbone`. Defaults to True.
+        init_cfg (dict, optional): ``dict(type='Pretrained', ...)`` loads
+            an mmlape, official or mmpretrain Swin checkpoint. Defaults to
+            None.
 
     Example:
         >>> swin = LaPESwin('test-tiny', img_size=64, window_size=4,

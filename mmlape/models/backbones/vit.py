@@ -69,11 +69,8 @@ class LaPEViT(LaPEBackbone):
         pre_norm (bool): A norm (``pre_norm``) on the tokens after the PE
             and before the first layer (CLIP). Defaults to False.
         layer_cfgs (dict | Sequence[dict], optional): mmpretrain's
-            ``layer_cfgs``: arguments of every encoder layer (one dict) or
-            of each: ``num_heads``, ``feedforward_channels``, ``drop_rate``,
-            ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
-            ``norm_cfg``, ``layer_scale_init_value``, ``act_cfg``
-            (``num_fcs=2``, ``ffn_type='origin'``). Defaults to None.
+            ``layer_cfgs`` (one dict for every layer, or one each).
+            Defaults to None.
         pe_join (dict | str | type, optional): The join: a config such as
             ``dict(type='LaPE', hierarchical=True)``, a name (any case) or
             a class (see
@@ -89,11 +86,11 @@ class LaPEViT(LaPEBackbone):
             the type's: 100 (axial), 10 (mixed).
         with_cls_token (bool, optional): Prepend a class token. Defaults to
             True.
-        out_type (str, optional): ``'cls_token'`` (B, C), ``'avg_featmap'``
-            (GAP then a norm, ``fc_norm``: mmpretrain's ``ln2``; PVG/MPVG
-            and T2T-ViT pool without it, B, C), ``'pooled'`` (the
-            ``pooling`` part, B, C), ``'featmap'`` (B, C, H, W) or
-            ``'raw'`` (B, N', C). Defaults to ``'cls_token'``.
+        out_type (str, optional): ``'cls_token'`` (B, C),
+            ``'avg_featmap'`` (GAP, then ``fc_norm`` except for PVG/MPVG
+            and T2T-ViT; B, C), ``'pooled'`` (the ``pooling`` part; B, C),
+            ``'featmap'`` (B, C, H, W) or ``'raw'`` (B, N', C). Defaults to
+            ``'cls_token'``.
         out_indices (int | Sequence[int]): Layers whose output is returned.
             Defaults to -1 (the last).
         final_norm (bool): Apply the final norm (``norm``) to the last
@@ -114,28 +111,24 @@ class LaPEViT(LaPEBackbone):
             Defaults to ``'bicubic'``.
         interpolate_antialias (bool): Resize it with antialiasing (as
             timm; matters where the grid shrinks). Defaults to False.
-        frozen_stages (int): When positive, freeze the embeddings (patch
-            embedding, class token, PE, ``pre_norm``) and the first
-            ``frozen_stages`` layers, and with all layers the final norms
-            and the join; 0 or -1 freeze nothing (as mmpretrain).
-            Defaults to -1.
+        frozen_stages (int): When positive, freeze the embeddings and the
+            first ``frozen_stages`` layers (with all of them, the final
+            norms and the join too), as mmpretrain. Defaults to -1.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
         cache_pe_plan (bool): In eval mode without autograd, compute the PE
             plan once per grid and reuse it until weights change.
             Defaults to True.
-        tokenizer (dict | str, optional): How an image becomes tokens:
-            ``dict(type='Patch' | 'T2T' | 'I2T' | 'Conv', ...)``; stored as
-            ``patch_embed``. Defaults to ``Patch`` with ``patch_size`` and
-            ``patch_bias``.
+        tokenizer (dict | str, optional): ``dict(type='Patch' | 'T2T' |
+            'I2T' | 'Conv', ...)``, stored as ``patch_embed``. Defaults to
+            ``Patch``.
         ffn (dict | str, optional): The FFN of every block,
             ``dict(type='MLP' | 'LeFF', ...)``. Defaults to ``MLP``.
         pooling (dict | str, optional): With ``out_type='pooled'``:
             ``dict(type='ClsToken' | 'GAP' | 'SeqPool' | 'LCA')``; stored as
             ``pool``. ``'cls_token'`` and ``'avg_featmap'`` are the
             ``ClsToken`` and ``GAP`` poolings. Defaults to None.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
-            prefix='backbone.')`` loads, converts and fits a checkpoint (see
-            :meth:`load_pretrained`). Defaults to None.
+        init_cfg (dict, optional): ``dict(type='Pretrained', ...)`` loads
+            via :meth:`load_pretrained`. Defaults to None.
 
     Raises:
         ValueError: A bad option, or a join that cannot apply to a part
