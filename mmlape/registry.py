@@ -1,20 +1,12 @@
 """The ``mmlape`` registry scope and its bridge to the host libraries.
 
-References:
-    mmengine's hierarchical registries (a scope looks a name up in itself,
-    then in its parents up to mmengine's root; ``_scope_`` switches the
-    scope a dict is built in).
-
-Each backbone is registered in the ``mmlape`` scope and in mmengine's root
+Backbones are registered in the ``mmlape`` scope and in mmengine's root
 ``MODELS``, the parent of every host scope, so ``type='LaPEViT'`` resolves
-under ``default_scope`` mmpretrain, mmdet and mmseg alike (the ``LaPE``
-prefix keeps the names apart from the hosts'). The ``mmlape`` registries
-resolve a name they do not hold in the innermost host scope, so configs
-inheriting ``_base_ = 'mmlape::...'`` (whose dicts mmengine stamps with
-``_scope_='mmlape'``) build as the host would. mmengine finds the config
-files of such a base through its table of packages (``MODULE2PACKAGE``),
-which gets mmlape's entry here, as an OpenMMLab package has one: an entry
-of a registration table, not a change of mmengine's behaviour.
+under mmpretrain, mmdet and mmseg alike. The ``mmlape`` registries resolve
+names they lack in the innermost host scope, so configs inheriting
+``_base_ = 'mmlape::...'`` build as the host would; mmlape's entry in
+mmengine's ``MODULE2PACKAGE`` table (as any OpenMMLab package has) finds
+those files.
 """
 from importlib import import_module
 from typing import Callable, Optional, Type
@@ -38,9 +30,8 @@ MODULE2PACKAGE.setdefault(SCOPE, 'mmlape')
 def host_scope() -> Optional[str]:
     """The innermost default scope that is not ``mmlape``, if any.
 
-    Building a dict with ``_scope_='mmlape'`` makes ``mmlape`` the current
-    default scope for a while; the host scope is the one it covers (the
-    runner's ``default_scope``, e.g. ``mmdet``).
+    Building a ``_scope_='mmlape'`` dict makes ``mmlape`` current for a
+    while; the host scope is the one it covers (e.g. ``mmdet``).
     """
     # mmengine keeps the DefaultScope instances in creation order; the
     # current one is the last (DefaultScope.get_current_instance).
@@ -109,10 +100,8 @@ TRANSFORMS = SCOPE_REGISTRIES['transform']
 PE_JOINS = Registry(
     'pe join', scope=SCOPE, locations=['mmlape.models.layers.pe_join'])
 
-#: Parts of the one ViT, chosen by config like the joins: how an image
-#: becomes tokens (``tokenizer=dict(type='T2T')``), the feed-forward network
-#: of every block (``ffn=dict(type='LeFF')``) and how the tokens become one
-#: vector (``pooling=dict(type='SeqPool')``).
+#: Parts of the one ViT, chosen by config: ``tokenizer``, ``ffn``,
+#: ``pooling``.
 TOKENIZERS = Registry(
     'tokenizer', scope='mmlape', locations=['mmlape.models.layers.tokenizers'])
 FFNS = Registry('ffn', scope='mmlape', locations=['mmlape.models.layers.ffn'])
@@ -123,10 +112,6 @@ POOLINGS = Registry(
 def register_model(name: Optional[str] = None,
                    force: bool = False) -> Callable[[Type], Type]:
     """Register a model class so every OpenMMLab scope can build it.
-
-    The class is added to the ``mmlape`` scope and to mmengine's root
-    ``MODELS`` registry, which the mmpretrain, mmdet and mmseg registries
-    consult after their own entries.
 
     Args:
         name (str, optional): The registered name. Defaults to the class

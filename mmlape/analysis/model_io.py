@@ -1,9 +1,5 @@
-"""Build a model from an mmlape config and load a checkpoint into it.
-
-The analysis tools work on any mmlape config (mmpretrain, mmdet, mmseg) and
-checkpoint; a checkpoint that does not fit the config is refused with a
-message that says how (missing, unexpected, mismatched keys).
-"""
+"""Build a model from any mmlape config and load a checkpoint into it (one
+that does not fit is refused, naming the keys)."""
 import importlib
 from typing import Tuple, Union
 

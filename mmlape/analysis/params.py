@@ -1,11 +1,9 @@
 """Parameter counts as the papers print them.
 
-References:
-    The papers count the official code's ``model.parameters()``, which
-    holds some fixed tensors as frozen parameters (T2T-ViT's sinusoid and
-    Performer features, the LaPE code's fixed sin-cos PEs); mmlape keeps
-    them as buffers. The papers' count is every parameter plus every
-    floating-point buffer that is not a norm's running statistics.
+The official code counts some fixed tensors (T2T-ViT's sinusoid and
+Performer features, LaPE's sin-cos PEs) as frozen parameters; mmlape keeps
+them as buffers. The papers' count is every parameter plus every float
+buffer that is not a norm's running statistics.
 """
 from typing import NamedTuple
 

@@ -1,9 +1,7 @@
 """What position embedding each layer receives, and how alike its tokens are.
 
 References:
-    The LaPE paper's per-layer cosine-similarity figures (Yu et al., ICCV
-    2023): for the default join, the shared PE is shown through each layer's
-    ``norm1`` affine; with LaPE, the PE each layer's own norm produces.
+    The LaPE paper's per-layer cosine-similarity figures (ICCV 2023).
 """
 from typing import Dict, List, Optional, Sequence, Tuple
 

@@ -1,11 +1,5 @@
 """Whether a checkpoint is the model of a run (``--resume``, ``tools/test.py``,
-the analysis tools) or a source it fine-tunes from.
-
-What the checkpoint records of its backbone (the run's config, or an
-official LaPE run) is compared in what the weights cannot show
-(:func:`~mmlape.models.checkpoint.recorded.model_differences`), then the
-weights must have the model's keys and shapes.
-"""
+the analysis tools) or a source it fine-tunes from."""
 import os
 from typing import Any, Optional
 
@@ -45,9 +39,8 @@ def check_checkpoint_fits(model: torch.nn.Module,
                           cfg: Optional[Config] = None) -> dict:
     """Refuse a checkpoint of another model than ``model``.
 
-    The backbone the file records must be this run's (``cfg``'s backbone,
-    else the built one) in type, ``pe_type`` and join; then the weights
-    must have ``model``'s keys and shapes exactly.
+    The recorded backbone must match in type, ``pe_type`` and join, and
+    the weights ``model``'s keys and shapes exactly.
 
     Args:
         model (nn.Module): The built model, or backbone.
@@ -95,13 +88,9 @@ def check_checkpoint_fits(model: torch.nn.Module,
 
 
 def note_finetune_sources(cfg: Config) -> None:
-    """Log a note for each weight source saved from another backbone:
-    ``load_from``, and a backbone ``init_cfg=dict(type='Pretrained',
-    prefix='backbone.')``.
-
-    Fine-tuning may start from another model (an MPVG checkpoint initialises
-    a PVG ViT-Adapter), so this is not refused. Only the file's ``meta`` is
-    read (tensors are memory-mapped).
+    """Log a note for each weight source (``load_from``, a backbone's
+    ``Pretrained`` ``init_cfg``) saved from another backbone; not refused,
+    as fine-tuning may start from another model. Reads only ``meta``.
 
     Raises:
         CheckpointError: A source cannot be read; names where it is set.

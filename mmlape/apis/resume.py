@@ -1,10 +1,7 @@
 """Which checkpoint ``tools/train.py --resume`` (without a path) resumes.
 
-mmengine's ``find_latest_checkpoint`` reads the work dir's
-``last_checkpoint``; a run killed between a save and that record, or a
-record naming a deleted file, would then resume from an older step or not
-at all. :func:`find_resume_checkpoint` takes the newest complete
-checkpoint on disk instead, and mmengine's record only when there is none.
+:func:`find_resume_checkpoint` takes the newest complete checkpoint on
+disk (``last_checkpoint`` can be stale after a kill), else the record.
 """
 import os
 import os.path as osp

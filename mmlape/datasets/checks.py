@@ -1,9 +1,7 @@
 """Checks of a run's datasets before it starts: every path the phases read
-exists, and every image is loaded by a step that names a missing or
-corrupt file. Their labels: :mod:`.labels`.
-
-Each check raises an :class:`~mmlape.utils.errors.InputError` subclass
-where it looks at the input, so the tools report it as one line.
+exists, and images load through a step that names a bad file (labels:
+:mod:`.labels`). Errors are :class:`~mmlape.utils.errors.InputError`
+subclasses, reported by the tools as one line.
 """
 import os
 import os.path as osp
@@ -80,10 +78,8 @@ def check_dataset_paths(cfg: Config, phases=ALL_PHASES) -> None:
 
 def use_checked_image_loading(cfg: Config,
                               phases: Sequence[str] = ALL_PHASES) -> int:
-    """Replace every ``LoadImageFromFile`` step (mmcv's, which all three
-    host libraries use) of the phases' pipelines by mmlape's
-    ``CheckedLoadImageFromFile``, which names a missing or corrupt image;
-    return how many were replaced."""
+    """Replace every ``LoadImageFromFile`` of the phases' pipelines by
+    ``CheckedLoadImageFromFile``; return how many were replaced."""
     replaced = 0
 
     def visit(node: Any) -> None:

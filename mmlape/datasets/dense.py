@@ -1,20 +1,13 @@
 """Generated datasets in the COCO instance and ADE20K formats, tiny or at
 the real sets' size.
 
-References:
-    The COCO annotation format (``instances_*.json`` with polygon
-    ``segmentation``, ``bbox`` as x, y, w, h) and folder layout that mmdet's
-    ``CocoDataset`` reads; the ADE20K layout of mmseg's ``ADE20KDataset``
-    (``images/{training,validation}/*.jpg``,
-    ``annotations/{training,validation}/*.png``, 0 = "other", reduced to the
-    ignore index).
+The images are coloured shapes on noise (learnable structure for detectors
+and segmenters), deterministic in the seed; ``background='natural'`` draws
+them on a :func:`~mmlape.datasets.texture.natural_image`, for JPEGs that
+cost what photographs cost to decode.
 
-The images are coloured shapes (boxes, triangles, diamonds) on noise, so
-that detectors and segmenters see real, learnable structure; everything is
-a deterministic function of the seed. ``background='natural'`` draws
-textured shapes on a :func:`~mmlape.datasets.texture.natural_image`
-instead, for sets whose JPEGs cost what photographs cost to decode (at
-COCO's 640x480 or ADE20K's 683x512 with ``quality=90``).
+References:
+    The layouts mmdet's ``CocoDataset`` and mmseg's ``ADE20KDataset`` read.
 """
 import json
 import math

@@ -1,16 +1,12 @@
 """A generated image set at ImageNet's size, in ImageNet's layout.
 
-References:
-    The ILSVRC-2012 folder layout as mmpretrain's ``ImageNet`` dataset
-    reads it: ``train/{wnid}/{wnid}_{n}.JPEG``,
-    ``val/ILSVRC2012_val_{n:08d}.JPEG`` and the annotation lists
-    ``meta/{train,val}.txt`` (``path label`` lines, labels 0..999).
+The images are :func:`~mmlape.datasets.texture.natural_image` textures,
+500x375 JPEGs at quality 90 (about ImageNet's average file), so loading
+costs what ImageNet's does; each class has its own tint.
 
-The images are :func:`~mmlape.datasets.texture.natural_image` textures
-(500x375 by default, ImageNet's most common size) saved as JPEG at quality
-90: about 110 KB a file, the average of ImageNet's training set, so that
-loading them costs what loading ImageNet costs. Each class has its own
-tint. Everything is a deterministic function of the arguments.
+References:
+    The ILSVRC-2012 layout mmpretrain's ``ImageNet`` reads
+    (``train/{wnid}/*.JPEG``, ``val/*.JPEG``, ``meta/{train,val}.txt``).
 """
 import json
 import os

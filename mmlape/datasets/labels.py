@@ -1,22 +1,14 @@
 """Labels checked against the model's classes before a run starts.
 
-References:
-    mmpretrain's ``CustomDataset`` annotation files (``path label`` per
-    line, split at the last space, the label read with ``int``); mmdet's
-    ``CocoDataset`` (the dataset's classes are the file's categories of
-    those names, labelled in the file's order; an annotation of another
-    category is skipped); mmseg's ``LoadAnnotations`` (``reduce_zero_label``
-    maps a file's 0 to 255 and 1..N to 0..N-1).
+A bad label would otherwise surface deep in training (an index error, a
+CUDA device-side assert). :func:`check_dataset_labels` reads the run's
+annotation files first and stops at the first bad label with one line;
+:func:`use_checked_label_maps` checks segmentation label maps as they load.
 
-A label outside the model's classes surfaces deep in training (``IndexError:
-Target 7 is out of bounds``, a CUDA device-side assert), a label that is not
-an integer while the dataset is built (``ValueError: invalid literal for
-int()``). :func:`check_dataset_labels` reads the annotation files of the
-run's datasets first and stops at the first bad label with one line naming
-the file, the line (or annotation) and the allowed range;
-:func:`use_checked_label_maps` puts ``mmlape.CheckLabelMap`` after each
-segmentation label map is loaded (label maps are images, read as the run
-goes).
+References:
+    mmpretrain's ``CustomDataset`` annotation files, mmdet's
+    ``CocoDataset`` (classes are the file's categories of those names),
+    mmseg's ``LoadAnnotations`` (``reduce_zero_label``).
 """
 import importlib
 import io
@@ -169,16 +161,10 @@ def check_dataset_labels(cfg: Config,
     """Check the labels of the phases' datasets against the model's
     classes (:func:`model_num_classes`, else the dataset's classes).
 
-    - mmpretrain's ``CustomDataset`` and its subclasses (``ImageNet``): each
-      line of the annotation file has an integer label in
-      ``[0, num_classes)``; without an annotation file, there are no more
-      class folders than classes.
-    - mmdet's ``CocoDataset`` and its subclasses: each annotation's
-      ``category_id`` is one of the file's categories, the dataset's classes
-      are categories of the file, and every label is a class of the model.
-
-    Segmentation label maps are checked as they are loaded
-    (:func:`use_checked_label_maps`).
+    - mmpretrain's ``CustomDataset`` family: integer labels in
+      ``[0, num_classes)``, or no more class folders than classes.
+    - mmdet's ``CocoDataset`` family: categories among the file's, and
+      every label a class of the model.
 
     Raises:
         DataError: One line naming the file, the line or annotation, the

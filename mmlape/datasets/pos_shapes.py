@@ -1,14 +1,8 @@
 """A small image classification set where position decides the class.
 
-References:
-    The ImageNet folder layout that mmpretrain's ``CustomDataset`` and
-    ``ImageNet`` read (``{split}/{class}/{image}`` and ``meta/{split}.txt``).
-
-Every image shows a square of random colour and size on a noisy background;
-the class is the quadrant the square is in (``top_left``, ``top_right``,
-``bottom_left``, ``bottom_right``). Nothing but where the square is gives the
-answer, so a Transformer without position information is at chance. The set
-is a deterministic function of its seed.
+Every image shows a random square on noise; the class is its quadrant, so
+a Transformer without position information is at chance. Deterministic in
+the seed, in the ImageNet folder layout mmpretrain reads.
 """
 import json
 import os

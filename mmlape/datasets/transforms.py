@@ -1,20 +1,9 @@
 """Image loading that names the file it cannot read, and label maps checked
 against the classes.
 
-References:
-    mmcv's ``LoadImageFromFile`` (read through mmengine's file backends,
-    decode with ``mmcv.imfrombytes``).
-
-:class:`CheckedLoadImageFromFile` behaves as mmcv's on good images and
-raises :class:`~mmlape.utils.errors.DataError` naming the file otherwise
-(mmcv raises whatever the backend or decoder raises), so the tools report
-it in one line.
-
-A segmentation label map with a value that is neither a class nor the
-ignore index makes the loss index past its classes (a traceback on the CPU,
-a device-side assert on a GPU). :class:`CheckLabelMap`, which the tools put
-after mmseg's ``LoadAnnotations``, names the file, the values and the
-classes instead.
+Both raise :class:`~mmlape.utils.errors.DataError` naming the file, so the
+tools report it in one line (a bad label map value would otherwise make the
+loss index past its classes).
 """
 import os.path as osp
 from typing import Optional
@@ -82,9 +71,7 @@ class CheckLabelMap(BaseTransform):
     ``ignore_index``, with a :class:`~mmlape.utils.errors.DataError`
     naming the file, the values and the classes.
 
-    The values named are the file's own: with ``reduce_zero_label`` (ADE20K)
-    mmseg maps the file's 0 to the ignore index and 1..N to classes
-    0..N-1.
+    The values named are the file's own (before ``reduce_zero_label``).
 
     Args:
         num_classes (int): The classes of the model.

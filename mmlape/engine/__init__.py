@@ -1,11 +1,8 @@
 """Training parts, registered into mmengine's root registries.
 
-The layer-decay constructor builds on mmpretrain's, the instance
-segmentation TTA model on mmdet's. So that ``import mmlape`` imports no
-host task library, the registries hold small factories under their names,
-and :mod:`mmlape.engine.optim` (with mmpretrain) and
-:mod:`mmlape.engine.tta` (with mmdet) are imported only when a config
-builds them or code imports the classes from here.
+The layer-decay constructor (on mmpretrain's) and the TTA model (on
+mmdet's) are registered as factories, so that ``import mmlape`` imports no
+host task library until a config builds them.
 """
 from mmengine.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 

@@ -1,25 +1,15 @@
 """``torch.compile`` for training, validation and testing.
 
+:class:`CompileHook` compiles the model in place (state-dict names kept)
+before the run; mmengine's ``compile`` key compiles ``train_step`` only.
+A classifier's backbone is compiled whole; a dense model has each encoder
+block compiled (regional), so mmcv's ops stay outside the graphs and a new
+image size recompiles one block. Where compiling cannot work, one line
+says so and the run goes on eager. The tools turn ``compile = True`` or
+``compile = dict(...)`` into this hook (:func:`use_compile_hook`).
+
 References:
-    ``torch.compile`` and PyTorch's regional compilation recipe (compile the
-    repeated block, not the whole model, so that one compiled block serves
-    every layer); mmengine's ``compile`` config key, which compiles
-    ``train_step`` only.
-
-:class:`CompileHook` compiles the model in place (``nn.Module.compile``:
-the state-dict names stay as they are) before the run, so the train step,
-validation and testing all run compiled. A classifier's backbone is
-compiled whole; a dense model (detection, segmentation: many image sizes,
-mmcv's compiled ops) has each encoder block compiled, so that mmcv's ops
-stay outside the graphs and a new image size recompiles one block, once
-(automatic dynamic shapes). Every graph the backend compiles is counted in
-the log. Where compiling cannot work (no C++ compiler or no Triton for
-inductor, a torch without ``torch.compile``), one line says so and the run
-goes on eager.
-
-A config asks for it with mmengine's key, ``compile = True`` or
-``compile = dict(backend='inductor', mode=None, dynamic=None)``; mmlape's
-tools (``--compile``) turn it into this hook (:func:`use_compile_hook`).
+    PyTorch's regional compilation recipe.
 """
 import shutil
 from typing import Dict, List, Optional, Tuple, Union
@@ -101,9 +91,8 @@ def compile_targets(
     Args:
         model (nn.Module): The task model (unwrapped).
         regional (bool | str): Compile each encoder block (True), the
-            backbone whole (False), or ``'auto'``: blocks for the dense
-            scopes (mmdet, mmseg) and for a model without a backbone
-            attribute, else the backbone whole.
+            backbone whole (False), or ``'auto'``: blocks for mmdet/mmseg
+            and models without a backbone, else the backbone.
         scope (str, optional): The config's ``default_scope``.
     """
     backbone = getattr(model, 'backbone', None)
@@ -228,10 +217,9 @@ MMENGINE_HOOKS.register_module(module=CompileHook)
 
 
 def use_compile_hook(cfg) -> bool:
-    """Turn the config's ``compile`` key (mmengine's: True or a dict of
-    :class:`CompileHook` options) into a :class:`CompileHook` in
-    ``custom_hooks``, and switch mmengine's own compile of ``train_step``
-    off (the hook compiles the model for every loop).
+    """Turn the config's ``compile`` key (True or :class:`CompileHook`
+    options) into a hook in ``custom_hooks`` and switch mmengine's own
+    compile off.
 
     Args:
         cfg (Config): The run's config, changed in place.

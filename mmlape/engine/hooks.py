@@ -1,29 +1,15 @@
-"""Checkpoints that a kill at any moment cannot take away.
+"""Hooks that keep a run's work dir sound.
+
+:class:`AtomicCheckpointHook` is mmengine's ``CheckpointHook`` writing each
+checkpoint and ``last_checkpoint`` atomically and removing outdated ones
+only afterwards (mmengine removes first and writes in place, so a kill
+could leave a partial file or a ``last_checkpoint`` naming a deleted one).
+:class:`WorkDirGuardHook` ends a run whose log file can no longer be
+written with one line.
 
 References:
-    mmengine's ``CheckpointHook`` and file backends; the POSIX atomic
-    replace (write a temporary file in the same directory, ``fsync``,
-    ``rename``, ``fsync`` the directory).
-
-mmengine's hook removes the oldest checkpoint before writing the new one
-and writes in place, so a kill can leave a partial file and a
-``last_checkpoint`` naming a deleted one. :class:`AtomicCheckpointHook`
-keeps mmengine's options and names but writes each file atomically,
-replaces ``last_checkpoint`` the same way, and only then removes the
-checkpoints it outdates (a resumed run finishes removals a kill
-interrupted). A file under a checkpoint's name is always complete.
-
-Under mmengine's ``FlexibleRunner`` the strategy writes the file itself: it
-is given a temporary name, and the hook renames the complete file. A
-checkpoint holds the model's own keys under every runner (``DDPStrategy``
-would save its wrapper's, ``module.`` and all). A strategy that saves a
-folder is refused (:func:`~mmlape.utils.strategies.strategy_refusal`). A
-save that fails with an OS error (no space, a quota, no permission, a
-read-only file system) is one :class:`~mmlape.utils.errors.CheckpointSaveError`
-naming the file, the cause and the checkpoint that is intact.
-
-:class:`WorkDirGuardHook` ends a run whose log file can no longer be
-written, with one line, instead of a traceback per log line.
+    The POSIX atomic replace (temporary file, ``fsync``, ``rename``,
+    ``fsync`` the directory).
 """
 import contextlib
 import os
@@ -88,13 +74,8 @@ def _partial_file(dirname: str):
 
 
 def atomic_write(path: str, data: Union[bytes, memoryview]) -> None:
-    """Write ``data`` to ``path`` so that ``path`` is never partial.
-
-    The bytes go to a hidden temporary file in the same directory, which is
-    flushed to disk and then renamed to ``path`` (atomic on POSIX); the
-    directory is flushed too. A kill at any moment leaves either the old
-    ``path`` or the new one, and at worst a temporary file whose name starts
-    with :data:`PARTIAL_PREFIX`.
+    """Write ``data`` to ``path`` so that ``path`` is never partial (via a
+    hidden :data:`PARTIAL_PREFIX` file in the same directory, renamed).
 
     Args:
         path (str): The file to write.
@@ -163,15 +144,13 @@ class AtomicCheckpointHook(CheckpointHook):
     """mmengine's ``CheckpointHook`` with atomic saves, removing old
     checkpoints only after the new one is in place.
 
-    Takes the arguments of mmengine's ``CheckpointHook``. When ``out_dir``
-    is a local directory (the default: the work dir) and no
-    ``backend_args`` / ``file_client_args`` are given, every checkpoint
-    (periodic, last, best) is written through :class:`AtomicLocalBackend`.
-    For a remote ``out_dir`` the storage's own writes are used and a warning
-    is logged.
-
-    Temporary files of a save that was killed are removed at the start of
-    the next run.
+    Takes mmengine's ``CheckpointHook`` arguments. With a local
+    ``out_dir`` and no ``backend_args``/``file_client_args`` every
+    checkpoint goes through :class:`AtomicLocalBackend`; a remote one uses
+    its storage's writes (with a warning). Under ``FlexibleRunner`` the
+    strategy writes to a temporary name that is renamed when complete; a
+    strategy saving a folder is refused. A failed save is one
+    :class:`~mmlape.utils.errors.CheckpointSaveError`.
 
     Example:
         >>> default_hooks = dict(
@@ -195,10 +174,8 @@ class AtomicCheckpointHook(CheckpointHook):
             why = strategy_refusal(type(strategy), getattr(kind, 'name', kind))
             if why:
                 raise ConfigError(f'AtomicCheckpointHook: {why}')
-        # A resumed checkpoint may name checkpoints it outdated whose removal
-        # a kill prevented. mmengine would remove them here at once, while
-        # last_checkpoint may still name one of them; point last_checkpoint
-        # at the resumed checkpoint first.
+        # Removals a kill prevented: point last_checkpoint at the resumed
+        # checkpoint before removing them (mmengine would remove at once).
         hub = runner.message_hub
         recorded = list(hub.runtime_info.get('keep_ckpt_ids') or [])
         stale: List[int] = []
@@ -252,12 +229,9 @@ class AtomicCheckpointHook(CheckpointHook):
 
     @contextlib.contextmanager
     def _room_for(self, runner, path: str) -> Iterator[None]:
-        """Turn a save that fails with an OS error (no space, a quota, no
-        permission, a read-only file system) into one
-        :class:`~mmlape.utils.errors.CheckpointSaveError` naming the file,
-        the cause and the checkpoint that is intact (nothing is removed
-        before a save has succeeded); under ``FlexibleRunner``, have the
-        strategy write a temporary file, renamed once complete."""
+        """Turn an OS error of a save into one
+        :class:`~mmlape.utils.errors.CheckpointSaveError`; under
+        ``FlexibleRunner``, save atomically."""
         try:
             with self._atomic_strategy_saves(runner):
                 yield
@@ -271,10 +245,8 @@ class AtomicCheckpointHook(CheckpointHook):
 
     @contextlib.contextmanager
     def _atomic_strategy_saves(self, runner) -> Iterator[None]:
-        """A ``FlexibleRunner``'s strategy writes the checkpoint itself, in
-        place: while the block runs, ``runner.save_checkpoint`` writes to a
-        temporary file instead, flushed and renamed to the checkpoint's
-        name once complete (on the main process, which writes it)."""
+        """While the block runs, ``runner.save_checkpoint`` (a strategy
+        writing in place) writes a temporary file, renamed when complete."""
         if not (self.atomic and hasattr(runner, 'strategy')):
             yield
             return
@@ -315,9 +287,8 @@ class AtomicCheckpointHook(CheckpointHook):
             while len(self.keep_ckpt_ids) >= self.max_keep_ckpts:
                 outdated_ids.append(self.keep_ckpt_ids.popleft())
             self.keep_ckpt_ids.append(step)
-            # The checkpoint records the ids before they are trimmed: a run
-            # resumed from it after a kill that came before the removals
-            # makes them (before_train).
+            # Recorded untrimmed: a run resumed after a kill before the
+            # removals makes them (before_train).
             runner.message_hub.update_info(
                 'keep_ckpt_ids', [i for i in outdated_ids if i != step] +
                 list(self.keep_ckpt_ids))
@@ -393,13 +364,9 @@ class AtomicCheckpointHook(CheckpointHook):
 
 
 class WorkDirGuardHook(Hook):
-    """End a run whose log file can no longer be written (a full disk, a
-    quota, a lost permission) with one
-    :class:`~mmlape.utils.errors.WorkDirError` naming the file, the cause
-    and the checkpoint that is intact, at the end of the iteration it
-    happened in, instead of a logging traceback for every further line.
-
-    The tools register it on every run they build.
+    """End a run whose log file can no longer be written with one
+    :class:`~mmlape.utils.errors.WorkDirError`, at the end of that
+    iteration (the tools register it on every run).
 
     Args:
         guard (LogWriteGuard, optional): Watches the runner's log files.

@@ -1,23 +1,15 @@
-"""How many loader workers a run starts: from the CPUs each training
-process has, within the config's bounds.
-
-References:
-    torchrun's ``LOCAL_WORLD_SIZE`` (processes on this node); Slurm's
-    ``SLURM_NTASKS_PER_NODE`` and ``SLURM_CPUS_PER_TASK`` (``srun`` binds
-    each task to its own CPUs); PyTorch's ``DataLoader`` (``num_workers``
-    processes per training process, each building whole batches).
-
-A text config cannot count the machine's CPUs (mmengine turns ``import
-os`` in one into a lazy import), so a config states its bounds::
+"""Loader workers from the CPUs each training process has, within the
+config's bounds (a text config cannot count CPUs)::
 
     auto_num_workers = dict(floor=4, ceiling=16)
 
-and :func:`apply_auto_num_workers`, which the tools call before they build
-the runner, sets ``num_workers`` of every dataloader to
-``clamp(cpus_per_process - 1, floor, ceiling)``: one CPU per process is
-left to the process itself (its Python side launches the GPU's work).
-Host tools, which do not read the key, keep the config's own
-``num_workers``.
+The tools set every dataloader's ``num_workers`` to
+``clamp(cpus_per_process - 1, floor, ceiling)``, one CPU left to the
+training process itself.
+
+References:
+    torchrun's ``LOCAL_WORLD_SIZE``; Slurm's ``SLURM_NTASKS_PER_NODE`` and
+    ``SLURM_CPUS_PER_TASK``.
 """
 import os
 import re
@@ -75,13 +67,9 @@ def local_world_size(launcher: str = 'pytorch',
 def cpus_per_process(launcher: str = 'pytorch',
                      env: Optional[Mapping[str, str]] = None,
                      cpus: Optional[int] = None) -> int:
-    """CPUs one training process of this node can count on.
-
-    The process's CPU set (``os.sched_getaffinity``) divided by the
-    processes on the node (:func:`local_world_size`): torchrun's processes
-    share one set. A Slurm task (no ``LOCAL_WORLD_SIZE``) whose set is no
-    larger than ``SLURM_CPUS_PER_TASK`` was bound to its own CPUs by srun
-    and keeps its whole set.
+    """CPUs one training process of this node can count on: its CPU set
+    divided by the processes on the node, except a Slurm task bound to its
+    own CPUs (set no larger than ``SLURM_CPUS_PER_TASK``), which keeps it.
 
     Args:
         launcher (str): The run's launcher. Defaults to 'pytorch'.
@@ -146,15 +134,9 @@ def apply_auto_num_workers(cfg: Config,
     """Set the dataloaders' ``num_workers`` from the config's
     ``auto_num_workers`` and this node's CPUs.
 
-    Every dataloader of :data:`LOADERS` that loads in worker processes
-    (``num_workers`` > 0) gets
-    ``clamp(cpus_per_process - 1, floor, ceiling)`` workers
-    (:func:`cpus_per_process`, :func:`auto_num_workers`). A dataloader with
-    ``num_workers=0`` loads in the training process by choice (a test, a
-    debugging run) and is left so, with ``persistent_workers=False``
-    whatever the config inherits (there are no workers to keep; torch
-    refuses the pair). ``auto_num_workers=None`` (e.g. in
-    ``--cfg-options``) keeps the configured counts.
+    Dataloaders with ``num_workers=0`` are left so (by choice), with
+    ``persistent_workers=False`` (torch refuses the pair);
+    ``auto_num_workers=None`` keeps the configured counts.
 
     Args:
         cfg (Config): The run's config (its ``launcher`` counts); changed
@@ -183,7 +165,6 @@ def apply_auto_num_workers(cfg: Config,
     for name in LOADERS:
         loader = cfg.get(name)
         if loader and not loader.get('num_workers'):
-            # no workers to keep (torch refuses persistent_workers here)
             loader['persistent_workers'] = False
     spec = cfg.get(KEY)
     if spec is None:

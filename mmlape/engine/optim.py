@@ -4,12 +4,10 @@ References:
     mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` (the decay
     rule, ``lr * rate ** (max_depth - depth - 1)``) and BEiT's layer decay.
 
-mmpretrain's constructor needs ``get_layer_depth`` on the whole model, which
-mmpretrain classifiers have and mmseg/mmdet models do not; mmseg's own
-constructor only knows BEiT/ConvNeXt names.
 :class:`LaPELayerDecayOptimWrapperConstructor` asks
-``model.backbone.get_layer_depth`` and gives every parameter outside the
-backbone (decode heads, necks) the full learning rate.
+``model.backbone.get_layer_depth`` (mmpretrain's needs it on the whole
+model, which mmseg/mmdet models lack) and gives every parameter outside the
+backbone the full learning rate.
 """
 from typing import Callable, List, Optional
 

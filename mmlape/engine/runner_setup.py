@@ -3,12 +3,9 @@ completed and checked (:func:`check_flexible_runner`), checks on the built
 model (:func:`when_model_built`), a fused optimizer where torch has one.
 
 References:
-    mmengine 0.10.7's ``FlexibleRunner`` and strategies
-    (``mmengine._strategy``): the model stays a config until ``train()``,
-    ``val()`` or ``test()``, where ``strategy.prepare`` builds and wraps it
-    and then loads a checkpoint; DDP and FSDP wrap with CUDA devices; on
-    the CPU, FSDP's full state dict with ``offload_to_cpu=True`` crashes
-    rank 0 (torch 2.13, measured).
+    mmengine 0.10.7's ``FlexibleRunner``: the model stays a config until
+    ``train()``/``val()``/``test()``, where the strategy builds, wraps and
+    loads it.
 """
 from typing import Any, Callable, List, Optional
 
@@ -27,8 +24,8 @@ __all__ = [
 #: The arguments every strategy takes (mmengine's ``BaseStrategy``).
 _BASE_ARGS = ('work_dir', 'experiment_name', 'env_kwargs', 'log_kwargs',
               'auto_scale_lr')
-#: FSDP's full state dict, gathered on rank 0 without offloading: on the
-#: CPU the tensors are there already.
+#: FSDP's full state dict on the CPU, gathered on rank 0 without
+#: offloading (``offload_to_cpu=True`` crashes rank 0 there).
 CPU_FULL_STATE_DICT = dict(
     state_dict_type='FULL_STATE_DICT',
     state_dict_config=dict(
@@ -63,11 +60,8 @@ def _state_dict_type(given: Any) -> Optional[str]:
 
 
 def fsdp_cpu_problem() -> Optional[str]:
-    """Why this torch cannot shard a model with FSDP on the CPU, or None.
-
-    Wraps a tiny module with ``device_id=cpu`` in the default process group
-    (every rank does, so that any collective of the wrapping matches).
-    """
+    """Why this torch cannot shard a model with FSDP on the CPU, or None
+    (every rank must call it: it wraps a tiny module collectively)."""
     from torch.distributed.fsdp import FullyShardedDataParallel
     try:
         FullyShardedDataParallel(
@@ -84,17 +78,12 @@ def check_flexible_runner(cfg: Config,
     """Check a ``FlexibleRunner`` config and complete its strategy in place;
     a no-op for other runners.
 
-    - A strategy that saves folders (DeepSpeed, ColossalAI, FSDP's
-      ``'local'`` shards) is refused; FSDP without a ``state_dict_cfg``
-      saves one full checkpoint (``'full'``) instead of mmengine's default
-      per-rank shards.
-    - Without a launcher, a DDP or FSDP strategy runs in this one process
-      as ``SingleDeviceStrategy``; ``SingleDeviceStrategy`` under a launcher
-      of several processes is refused (the copies would overwrite each
-      other's checkpoints).
-    - On the CPU (``on_cpu``: gloo, no CUDA), DDP wraps with no device ids
-      and FSDP with the CPU device and no offloading, where torch runs FSDP
-      on the CPU (else refused, naming why).
+    - Strategies that save folders are refused; FSDP defaults to one full
+      checkpoint (``state_dict_cfg='full'``).
+    - Without a launcher DDP/FSDP run as ``SingleDeviceStrategy``;
+      ``SingleDeviceStrategy`` in several processes is refused.
+    - On the CPU, DDP wraps without device ids and FSDP with the CPU
+      device and no offloading (refused where torch cannot).
 
     Args:
         cfg (Config): The run's config (``launcher`` set).
@@ -182,14 +171,9 @@ def check_flexible_runner(cfg: Config,
 
 def when_model_built(runner: Any, check: Callable[..., Any], *args,
                      **kwargs) -> None:
-    """Run ``check(model, *args, **kwargs)`` on the runner's built model.
-
-    mmengine's ``Runner`` has built it already: the check runs now.
-    ``FlexibleRunner`` builds it inside ``train()``, ``val()`` or
-    ``test()`` (its strategy's ``build_model``), before it wraps the model
-    and loads a checkpoint: the check runs there, on the plain model, and
-    an error it raises leaves the runner's method.
-    """
+    """Run ``check(model, *args, **kwargs)`` on the runner's built model:
+    now, or for ``FlexibleRunner`` inside its strategy's ``build_model``
+    (before wrapping and loading)."""
     model = runner.model
     if isinstance(model, nn.Module):
         check(model, *args, **kwargs)
@@ -207,9 +191,7 @@ def when_model_built(runner: Any, check: Callable[..., Any], *args,
 
 def fit_fused_optimizer(cfg: Config, device: str) -> Optional[str]:
     """Drop ``optim_wrapper.optimizer.fused=True`` where torch has no fused
-    kernel for the run's ``device``: the configs ask for fused AdamW (one
-    kernel for every parameter's update), which torch offers on CUDA, the
-    CPU and a few other devices.
+    kernel for the run's ``device``.
 
     Returns:
         str, optional: What was changed, for the run's log; None when

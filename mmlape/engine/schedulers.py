@@ -1,12 +1,8 @@
 """The official DeiT/LaPE learning-rate schedule as an mmengine scheduler.
 
 References:
-    the official DeiT/LaPE ``main.py`` with timm 0.3's ``CosineLRScheduler``
-    (per-epoch cosine with warm-up from ``--warmup-lr``, ``--min-lr``).
-
-:class:`LaPEDeiTCosineLR` is the official DeiT schedule, which mmengine's
-warm-up and cosine schedulers cannot express. This module imports no host
-task library.
+    The official DeiT/LaPE ``main.py`` with timm 0.3's
+    ``CosineLRScheduler``.
 """
 import math
 from typing import List
@@ -33,10 +29,9 @@ def deit_epoch_lr(epoch: int,
     replaces the start of the cosine, it does not delay it), ``min_lr`` from
     ``cosine_epochs`` on.
 
-    The official loop builds the scheduler at ``warmup_lr``, trains epoch
-    ``e`` and then calls ``step(e)``, which sets the rate of epoch ``e + 1``
-    to the value at ``t = e``: epoch ``e`` trains at ``t = e - 1`` and the
-    first two epochs both at ``warmup_lr`` (``lag_epochs=1``).
+    The official loop calls ``step(e)`` after epoch ``e``, so epoch ``e``
+    trains at ``t = e - 1`` and the first two at ``warmup_lr``
+    (``lag_epochs=1``).
 
     Args:
         epoch (int): 0-based epoch.
@@ -66,11 +61,8 @@ class LaPEDeiTCosineLR(LRSchedulerMixin, _ParamScheduler):
     """DeiT's learning-rate schedule, stepped once per epoch.
 
     Each parameter group trains epoch ``e`` at :func:`deit_epoch_lr` of its
-    own initial rate: linear warm-up from ``warmup_lr``, cosine to
-    ``min_lr``, the official loop's one-epoch lag included. mmengine's
-    ``LinearLR`` + ``CosineAnnealingLR`` pair cannot express it (there the
-    cosine starts after the warm-up, from the peak, and the warm-up ends at
-    the peak).
+    own initial rate (mmengine's ``LinearLR`` + ``CosineAnnealingLR`` start
+    the cosine after the warm-up instead).
 
     Config::
 

@@ -1,17 +1,10 @@
 """mmengine's FSDP strategy, resuming its optimizer with the torch that
 mmlape pins.
 
-References:
-    mmengine 0.10.7's ``FSDPStrategy.load_optim_state_dict`` calls
-    ``FSDP.optim_state_dict_to_load(optim_state_dict, model, optim)``, the
-    argument order of torch 2.0; torch 2.1 and later take
-    ``(model, optim, optim_state_dict)``, so every ``--resume`` under
-    mmengine's FSDP strategy fails (``TypeError: unhashable type: 'dict'``,
-    measured with torch 2.13).
-
-The tools run a config's ``FSDPStrategy`` as :class:`LaPEFSDPStrategy`
-(:func:`~.runner_setup.check_flexible_runner`), which changes nothing
-else.
+mmengine 0.10.7 calls ``FSDP.optim_state_dict_to_load`` in torch 2.0's
+argument order, which torch >= 2.1 refuses, so ``--resume`` fails. The
+tools run a config's ``FSDPStrategy`` as :class:`LaPEFSDPStrategy`, which
+changes nothing else.
 """
 import inspect
 

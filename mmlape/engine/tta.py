@@ -1,14 +1,9 @@
 """Test-time augmentation of instance segmentation (Mask R-CNN).
 
-References:
-    mmdet's ``DetTTAModel`` (boxes of every view mapped back to the image,
-    merged by NMS), which refuses instance masks; mmdet 2.x's
-    ``merge_aug_masks`` for the idea of carrying masks through the merge.
-
-:class:`InstanceSegTTAModel` merges the views' boxes as ``DetTTAModel``
-does and keeps, for every detection NMS keeps, the mask its own view
-predicted, flipped back to the image. Imported (with mmdet) only when a
-config builds it: mmlape's registry holds a factory under its name.
+:class:`InstanceSegTTAModel` merges the views' boxes as mmdet's
+``DetTTAModel`` (which refuses masks) and keeps, for each detection NMS
+keeps, its own view's mask flipped back. Imported (with mmdet) only when a
+config builds it.
 """
 from typing import List
 

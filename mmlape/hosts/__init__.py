@@ -1,12 +1,9 @@
 """Every adjustment mmlape makes to a host library (torch, mmengine, mmcv,
 mmpretrain), in one place.
 
-``import mmlape`` registers mmlape's modules and applies none of these:
-the entry points that need one apply it. mmlape's tools call
-:func:`apply` (and add :class:`Float32MmcvOpsHook` to mmdet runs); code of
-one's own calls :func:`apply` or one of the narrower functions; a config
-run by a host library's own tools names :mod:`mmlape.hosts.applied` in its
-``custom_imports``.
+``import mmlape`` applies none of these. The tools call :func:`apply` (and
+add :class:`Float32MmcvOpsHook` to mmdet runs); a config run by a host
+library's tools names :mod:`mmlape.hosts.applied` in ``custom_imports``.
 
 - :func:`install_safe_loading`: mmengine loads local checkpoints with
   weights only, and torch allow-lists OpenMMLab's training state.
@@ -40,10 +37,8 @@ __all__ = [
 
 
 def apply() -> None:
-    """What a process that runs mmlape's configs needs of the host
-    libraries, for the whole process: safe checkpoint loading, mmpretrain
-    importable, mmpretrain's hub knowing mmlape's models. Idempotent;
-    imports no host task library."""
+    """Safe checkpoint loading, mmpretrain importable and mmpretrain's hub
+    knowing mmlape's models, for the whole process. Idempotent."""
     install_safe_loading()
     keep_mmpretrain_importable()
     install_mmpretrain_hub()

@@ -1,16 +1,8 @@
 """mmengine and torch load OpenMMLab checkpoints safely.
 
-References:
-    mmengine's ``CheckpointLoader`` (a loader per path scheme; ``''`` for
-    local files) and ``torch.serialization.add_safe_globals``.
-
-mmengine 0.10.7 reads checkpoints with a plain ``torch.load``, which
-torch >= 2.6 runs with ``weights_only=True``: resuming, ``load_from`` and
-testing then fail on the training state mmengine itself saves.
-:func:`install_safe_loading` makes mmengine read local files with
-:func:`~mmlape.utils.safe_load.safe_torch_load` (weights only, clear
-refusals) and allow-lists the same objects for every other ``torch.load``
-of the process (a URL through ``torch.hub``, a user's own call).
+:func:`install_safe_loading` makes mmengine's ``CheckpointLoader`` read
+local files with :func:`~mmlape.utils.safe_load.safe_torch_load` and
+allow-lists the same objects for every other ``torch.load`` of the process.
 """
 import os.path as osp
 from typing import Any, Optional

@@ -1,13 +1,9 @@
 """Distributed runs on machines without CUDA.
 
-mmengine's launchers (``mmengine.dist.init_dist``) call
-``torch.cuda.set_device`` and wrap DDP with ``device_ids=[LOCAL_RANK]``.
-Without CUDA, :func:`setup_cpu_distributed` initialises the process group
-with gloo itself (``Runner.setup_env`` then finds it initialised) and sets
-``device_ids=None``, so ``tools/dist_train.sh`` and ``tools/slurm_train.sh``
-run on CPUs too. :func:`check_launcher_env` names the variables a
-launcher's processes lack (mmengine reads them with ``os.environ[...]``,
-whose ``KeyError`` says only the name) and the command that sets them.
+mmengine's launchers need CUDA; without it :func:`setup_cpu_distributed`
+initialises the process group with gloo and DDP without device ids.
+:func:`check_launcher_env` names the variables a launcher's processes lack
+and the command that sets them.
 """
 import datetime
 import os
@@ -67,11 +63,9 @@ def check_launcher_env(launcher: str, env=None) -> None:
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:
-    """Prepare a distributed run on CPU; a no-op when CUDA is available.
-
-    The CPU path is taken only where the machine has no NVIDIA GPU, or
-    where ``MMLAPE_ALLOW_CPU=1`` asks for it
-    (:func:`~mmlape.utils.device.require_usable_gpu`).
+    """Prepare a distributed run on CPU; a no-op when CUDA is available
+    (on a machine with an unusable NVIDIA GPU only with
+    ``MMLAPE_ALLOW_CPU=1``).
 
     Returns:
         bool: Whether the CPU (gloo) path was taken.

@@ -1,22 +1,14 @@
 """mmlape's models in mmpretrain's model hub.
 
-References:
-    mmpretrain 1.2.0, ``mmpretrain/apis/model.py``: ``ModelHub`` (reads
-    mmpretrain's model index on the first lookup, in
-    ``ModelHub._register_mmpretrain_models``) and ``inference_model``
-    (picks an inferencer from the task of the model's ``metainfo``).
-
 After :func:`install_mmpretrain_hub`, ``list_models``, ``get_model`` and
-``inference_model`` know mmlape's classification configs (the index
-entries whose ``Default Scope`` is mmpretrain) by name, each entry with a
-task (published results, or a result naming only task and dataset).
-``get_model`` given the path or ``Config`` of such a config attaches its
-record too. Where a name is also mmpretrain's (``deit-tiny_4xb256_in1k``,
-``deit-small_4xb256_in1k``, ``swin-tiny_16xb64_in1k``), the plain name
-stays mmpretrain's; every mmlape entry answers to ``mmlape::<name>``.
-mmlape's entries are registered right after mmpretrain reads its own, by
-a wrapper installed when ``mmpretrain.apis.model`` is imported
-(:func:`~.imports.after_import`: mmpretrain is not imported here).
+``inference_model`` know mmlape's classification configs by name. Every
+entry answers to ``mmlape::<name>``; a plain name that is also
+mmpretrain's stays mmpretrain's. The entries are registered right after
+mmpretrain reads its own index (mmpretrain is not imported here).
+
+References:
+    mmpretrain 1.2.0's ``ModelHub`` and ``inference_model``
+    (``mmpretrain/apis/model.py``).
 """
 import copy
 import functools
@@ -92,9 +84,8 @@ def register_mmpretrain_models(hub,
                                index: Optional[str] = None) -> Dict[str, str]:
     """Put mmlape's entries in mmpretrain's ``ModelHub`` (idempotent).
 
-    Every entry is registered as ``mmlape::<name>``, and as ``<name>`` where
-    mmpretrain has no model of that name. Call it after mmpretrain's own
-    models are registered (:func:`install_mmpretrain_hub` arranges that).
+    Registered as ``mmlape::<name>``, and as ``<name>`` where mmpretrain
+    has no model of that name; call it after mmpretrain registers its own.
 
     Args:
         hub (type): ``mmpretrain.apis.model.ModelHub``.

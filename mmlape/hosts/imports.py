@@ -1,24 +1,12 @@
 """Adjust a host module right after it is imported (:func:`after_import`),
-and keep mmpretrain importable beside transformers 5 with it.
+and with it keep mmpretrain importable beside transformers 5.
 
-mmpretrain 1.2.0 (its latest release) imports its multimodal models (BLIP,
-BLIP-2, OFA, LLaVA, ...) whenever ``transformers >= 4.28`` is installed, and
-those modules import names that transformers 5 no longer exports
-(``apply_chunking_to_forward`` from ``transformers.modeling_utils``, for
-one). With transformers 5 in the environment, ``import mmpretrain.models``
-therefore fails (``TypeError: NoneType takes no arguments``), and so does
-``import mmdet.models``, which imports mmpretrain: no classification,
-detection or segmentation config of mmlape could be built. Seen on a GPU
-machine whose image holds transformers 5.
-
-mmlape uses none of those models. Where transformers >= 5 meets
-mmpretrain <= 1.2.0, :func:`keep_mmpretrain_importable` tells mmpretrain
-that its multimodal dependencies are missing, before mmpretrain reads that
-flag; mmpretrain then registers the placeholders it has for that case
-(building one raises an ImportError that asks for mmpretrain's multimodal
-extras). It imports neither library: it reads their installed versions,
-and patches ``mmpretrain.utils.dependency`` when (and if) something
-imports it.
+mmpretrain <= 1.2.0 imports its multimodal models whenever transformers is
+installed, and they import names transformers 5 removed, so ``import
+mmpretrain.models`` (and mmdet, which imports it) fails. mmlape uses none
+of them: :func:`keep_mmpretrain_importable` sets mmpretrain's
+``WITH_MULTIMODAL`` flag to False before it is read, so mmpretrain
+registers its placeholders instead. Neither library is imported here.
 """
 import importlib.abc
 import importlib.machinery

@@ -1,24 +1,15 @@
 """mmcv's compiled ops in float32 under mixed precision, during the steps
 of the models that need it.
 
-References:
-    mmcv 2.1.0's ops and kernels: deformable attention and RoIAlign
-    dispatch float32, float64 and float16 (not bfloat16), NMS float32 only
-    (open-mmlab/mmcv issues #2878, #3061);
-    ``torch.amp.custom_fwd(cast_inputs=torch.float32)``.
-
-mmdet's heads call RoIAlign and NMS, which stop on bfloat16 (NMS on any
-half) tensors under autocast on a GPU. Inside :func:`float32_mmcv_ops`,
-the Functions of :data:`MMCV_FLOAT32_OPS` hand their kernels float32:
-floating inputs are cast to float32 and the op runs with autocast off
-(under autocast, or when an input is half); the result comes back in the
-dtype of the first floating input (mmdet's ``SingleRoIExtractor`` needs
-it) and the gradients in the inputs' dtypes; float32 without autocast
-runs untouched. The first use wraps the Functions once (mmcv's kept as
-``__wrapped__``); outside the context the wrappers call mmcv's, so other
-models run the ops as mmcv ships them. :class:`Float32MmcvOpsHook` opens
-the context around a run's steps. (``DeformAttn``, the ViT-Adapter's,
-runs its sampling in float32 itself.)
+mmcv 2.1.0's RoIAlign and deformable attention kernels take no bfloat16,
+NMS no half at all (open-mmlab/mmcv #2878, #3061). Inside
+:func:`float32_mmcv_ops`, the Functions of :data:`MMCV_FLOAT32_OPS` get
+float32 inputs with autocast off (under autocast, or when an input is
+half); the result comes back in the first floating input's dtype (mmdet's
+``SingleRoIExtractor`` needs it), the gradients in the inputs' dtypes.
+Outside the context the wrapped Functions behave as mmcv ships them.
+:class:`Float32MmcvOpsHook` opens the context around a run's steps (the
+ViT-Adapter's ``DeformAttn`` samples in float32 itself).
 """
 import contextlib
 import functools
@@ -37,9 +28,7 @@ __all__ = [
 ]
 
 #: ``(module, class)`` of the mmcv autograd Functions whose kernels take no
-#: bfloat16: Mask R-CNN's RoIAlign (mmdet's ``SingleRoIExtractor``), NMS
-#: (mmdet's RPN and box post-processing, through ``batched_nms``) and the
-#: deformable attention of mmdet's own models.
+#: bfloat16.
 MMCV_FLOAT32_OPS: Tuple[Tuple[str, str], ...] = (
     ('mmcv.ops.multi_scale_deform_attn', 'MultiScaleDeformableAttnFunction'),
     ('mmcv.ops.roi_align', 'RoIAlignFunction'),
@@ -139,13 +128,9 @@ def _wrap_backward(backward: Callable) -> Callable:
 
 
 def float32_autograd_function(cls: type) -> bool:
-    """Make an autograd Function hand its compiled kernel no half tensor.
-
-    Wraps ``cls.forward`` (and ``cls.backward`` where the class defines one)
-    in place; inside :func:`float32_mmcv_ops` they follow the rules of this
-    module's docstring, outside it they call the Function's own. It must
-    take ``ctx`` as the first argument of ``forward`` (the classic style,
-    as mmcv's Functions do).
+    """Make an autograd Function hand its kernel no half tensor inside
+    :func:`float32_mmcv_ops` (wraps ``forward``/``backward`` in place;
+    ``forward`` must take ``ctx`` first, as mmcv's do).
 
     Args:
         cls (type): A subclass of :class:`torch.autograd.Function`.
@@ -189,9 +174,8 @@ def float32_autograd_function(cls: type) -> bool:
 
 
 def install_float32_mmcv_ops() -> List[type]:
-    """Apply :func:`float32_autograd_function` to the mmcv Functions of
-    :data:`MMCV_FLOAT32_OPS` (inert outside :func:`float32_mmcv_ops`, which
-    calls it). Idempotent.
+    """Apply :func:`float32_autograd_function` to the Functions of
+    :data:`MMCV_FLOAT32_OPS`. Idempotent.
 
     Returns:
         list[type]: The Functions this call wrapped (empty when done
@@ -234,12 +218,8 @@ STEPS = ('train_step', 'val_step', 'test_step')
 @HOOKS.register_module()
 class Float32MmcvOpsHook(Hook):
     """Run each train, val and test step of the runner's model inside
-    :func:`float32_mmcv_ops`; the model's steps are as before after the
-    run.
-
-    A config names it as ``custom_hooks =
-    [dict(type='mmlape.Float32MmcvOpsHook')]`` (mmlape's Mask R-CNN configs
-    do); the tools add it to every mmdet run.
+    :func:`float32_mmcv_ops`; restored after the run. The tools add it to
+    every mmdet run (``dict(type='mmlape.Float32MmcvOpsHook')``).
     """
 
     priority = 'VERY_HIGH'

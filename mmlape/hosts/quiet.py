@@ -1,17 +1,10 @@
 """Known harmless notices of the host libraries, kept out of a run's
 output.
 
-References:
-    Each notice below, as the library versions of
-    ``requirements/`` print it in an ordinary run of mmlape's configs
-    (measured with mmengine 0.10.7, mmseg 1.2.2 and torch 2.13): none of
-    them asks the user to act, and they come from the libraries' own calls
-    (mmengine passes ``broadcast_buffers`` to DDP, builds a ``FileClient``
-    in ``CheckpointHook.before_train``), not from the user's config.
-
-The tools apply them (:func:`quiet_host_notices` for Python warnings,
-:func:`quiet_logger` for the run's logger), so that an error's one line is
-not buried. Warnings not listed here are untouched.
+Each notice listed comes from the libraries' own calls in an ordinary run
+and asks nothing of the user. The tools apply :func:`quiet_host_notices`
+(Python warnings) and :func:`quiet_logger` (the run's logger) so that an
+error's one line is not buried; other warnings are untouched.
 """
 import logging
 import re

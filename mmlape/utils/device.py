@@ -1,23 +1,13 @@
-"""Whether this machine has an NVIDIA GPU, and whether torch can use it.
+"""Whether this machine has an NVIDIA GPU that torch cannot use (e.g. a
+CUDA 13 torch on an older driver, which would silently run on the CPU):
+:func:`cuda_problem` says so in one line with the fix, and
+:func:`require_usable_gpu` stops unless ``MMLAPE_ALLOW_CPU=1``.
+
+Only the standard library is imported at module level: the installer
+loads this file by path before mmlape is installed.
 
 References:
-    NVIDIA's CUDA compatibility guide: the minimum driver of each CUDA major
-    version (with minor-version compatibility, any CUDA 12.x runtime runs on
-    a 525.60.13 or newer driver; CUDA 13.0 needs the 580 series,
-    580.65.06); ``nvidia-smi --query-gpu=name,driver_version`` and
-    ``/proc/driver/nvidia/version`` (the loaded kernel module's version).
-
-A torch built for CUDA 13 cannot see the GPU of a node whose driver is
-older; ``torch.cuda.is_available()`` is then False and everything would run
-on the CPU without a word. :func:`cuda_problem` names that situation in one
-line (driver version, torch's CUDA version, the fix), and
-:func:`require_usable_gpu` stops a tool or the installer with it. Where no
-NVIDIA GPU exists, CPU runs are what the user asked for and nothing is
-said; on a GPU node, ``MMLAPE_ALLOW_CPU=1`` opts into the CPU explicitly.
-
-This module imports nothing but the standard library at import time (the
-installer loads it by path before mmlape is installed); torch is imported
-by the functions that need it.
+    NVIDIA's CUDA compatibility guide (minimum driver per CUDA major).
 """
 import glob
 import os
@@ -42,9 +32,8 @@ MIN_DRIVER: Dict[int, Tuple[int, ...]] = {
     13: (580, 65, 6),
 }
 
-#: The torch/torchvision pairs mmlape supports: the requirements file of
-#: each and the CUDA version its torch is built for. ``cu13`` is the pin;
-#: ``cu12`` is for clusters whose driver predates the 580 series.
+#: Supported torch pairs: requirements file and CUDA version (``cu13`` is
+#: the pin; ``cu12`` for drivers before the 580 series).
 TORCH_PAIRS: Dict[str, Tuple[str, str]] = {
     'cu13': ('requirements/torch.txt', '13.0'),
     'cu12': ('requirements/torch-cu12.txt', '12.4'),
@@ -90,11 +79,8 @@ def _version_tuple(text: str) -> Tuple[int, ...]:
 def find_nvidia_gpu(env: Optional[Mapping[str, str]] = None,
                     device_glob: str = DEVICE_GLOB,
                     driver_file: str = DRIVER_FILE) -> Optional[NvidiaGPU]:
-    """Find the machine's NVIDIA GPUs, whatever torch thinks.
-
-    ``nvidia-smi`` (on ``PATH``) is asked first; a machine where it is
-    missing or cannot talk to the driver still counts when GPU device files
-    exist, with the driver version read from ``/proc``.
+    """Find the machine's NVIDIA GPUs, whatever torch thinks: from
+    ``nvidia-smi``, else from the device files (driver from ``/proc``).
 
     Args:
         env (Mapping, optional): The environment (``PATH``) to look for
@@ -164,9 +150,7 @@ def _driver_fits(driver: str, cuda_version: str) -> Optional[bool]:
 
 
 def torch_pair_for(driver: Optional[str]) -> Optional[str]:
-    """The supported torch pair (a key of :data:`TORCH_PAIRS`) for a
-    driver: the pin when the driver runs it, else the newest pair whose
-    CUDA the driver runs; None when it runs none of them.
+    """The first torch pair (:data:`TORCH_PAIRS`) a driver runs, or None.
 
     Example:
         >>> torch_pair_for('550.54.15'), torch_pair_for('580.95.05')

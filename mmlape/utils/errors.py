@@ -1,16 +1,9 @@
 """Errors that mean "the input is wrong", not "mmlape has a bug".
 
-References:
-    The exit-status convention of command-line tools (2 for a usage error,
-    as argparse uses), and torch's ``ExceptionWrapper``, which re-raises an
-    exception of a DataLoader worker in the main process with the worker's
-    traceback folded into the message.
-
-mmlape raises a subclass of :class:`InputError` at the place where it checks
-an input: a config, a command-line value, a checkpoint file, a data file, a
-work dir. The tools print such an error as one line and exit with status 2,
-wherever it surfaces (also inside ``runner.train()`` and ``runner.test()``);
-any other exception is a bug and keeps its traceback.
+mmlape raises a subclass of :class:`InputError` where it checks an input
+(config, command-line value, checkpoint, data file, work dir). The tools
+print it as one line and exit with status 2 wherever it surfaces; any other
+exception is a bug and keeps its traceback.
 """
 
 __all__ = [
@@ -44,10 +37,8 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 
 
 class WorkDirError(InputError, OSError):
-    """A file of the work dir (the config copy, a log, a checkpoint) that
-    could not be written: no space, a quota, no permission, a read-only
-    file system. The message names the file, the cause and the checkpoint
-    that is intact."""
+    """A file of the work dir that could not be written; the message names
+    the file, the cause and the checkpoint that is intact."""
 
 
 class WorkDirInUseError(InputError):
@@ -72,9 +63,8 @@ class DataError(InputError, ValueError):
 def one_line(err: BaseException) -> str:
     """The message of an input error as one line.
 
-    A DataLoader worker's error reaches the main process with the worker's
-    traceback in its message; only the error's own last line is kept, without
-    the ``module.Class:`` prefix.
+    A DataLoader worker's error carries the worker's traceback in its
+    message; only its last line is kept, without ``module.Class:``.
 
     Args:
         err (BaseException): The error.

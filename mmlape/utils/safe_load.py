@@ -1,21 +1,11 @@
 """Safe loading of OpenMMLab checkpoints on torch >= 2.6.
 
-References:
-    ``torch.serialization.add_safe_globals`` (the ``weights_only`` unpickler);
-    mmengine's ``CheckpointLoader`` and the training state it saves
-    (``message_hub`` with ``HistoryBuffer`` objects holding numpy arrays).
-
-torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine 0.10.7
-calls ``torch.load`` without that argument, so resuming, ``load_from`` and
-testing fail on the few non-tensor objects an mmengine checkpoint carries.
 :func:`safe_torch_load` keeps ``weights_only=True`` and allow-lists exactly
-those objects while it reads (:func:`mmlape.hosts.install_safe_loading`
-makes mmengine read local files with it). A checkpoint that carries
-anything else is refused with :class:`UnsafeCheckpointError`, which names
-the file and the offending globals. A file that is not a checkpoint at
-all (empty, truncated, random bytes, damaged) is refused with
-:class:`~mmlape.utils.errors.CheckpointError` naming the file and the
-reason, before torch reads it.
+the few non-tensor objects an mmengine checkpoint carries (torch >= 2.6
+would refuse them). Anything else is refused with
+:class:`UnsafeCheckpointError`; a file that is no checkpoint (empty,
+truncated, damaged) with :class:`~mmlape.utils.errors.CheckpointError`,
+before torch reads it.
 """
 import argparse
 import os.path as osp
@@ -60,10 +50,9 @@ def _numpy_globals() -> List[Any]:
 def history_buffer_method(owner: Any, name: str) -> Any:
     """A narrow stand-in for ``builtins.getattr`` while unpickling.
 
-    A pickled ``HistoryBuffer`` refers to its statistics methods as
-    ``getattr(HistoryBuffer, 'mean')``. Allow-listing the real ``getattr``
-    would hand every attribute of every allowed object to a checkpoint;
-    this resolves public methods of ``HistoryBuffer`` only.
+    A pickled ``HistoryBuffer`` refers to its methods as
+    ``getattr(HistoryBuffer, 'mean')``; the real ``getattr`` would expose
+    every attribute, this resolves ``HistoryBuffer``'s public methods only.
 
     Raises:
         pickle.UnpicklingError: For any other object or attribute.
@@ -80,13 +69,9 @@ def history_buffer_method(owner: Any, name: str) -> Any:
 def openmmlab_safe_globals() -> List[Any]:
     """The globals that mmengine/OpenMMLab training checkpoints contain.
 
-    ``HistoryBuffer`` (the message hub's logged scalars) with a
-    ``getattr`` limited to its statistics methods, the numpy array, dtype
-    and scalar reconstructors it needs, and nothing else: optimizer and
-    scheduler states, ``meta`` and model weights are tensors and plain
-    containers, which ``weights_only`` already accepts. Also
-    ``argparse.Namespace``: the official DeiT/LaPE ``main.py`` stores its
-    command line under ``args``; restoring one only sets attributes.
+    ``HistoryBuffer`` with a narrow ``getattr``, the numpy reconstructors
+    it needs, and ``argparse.Namespace`` (the official DeiT/LaPE ``args``);
+    everything else in a checkpoint is tensors and plain containers.
 
     Returns:
         list: Entries for ``torch.serialization.add_safe_globals``.
@@ -112,9 +97,8 @@ def _unsafe_globals(filename: str) -> List[str]:
 def check_checkpoint_file(filename: str) -> None:
     """Refuse a file that cannot be a checkpoint, before anything reads it.
 
-    A checkpoint is a zip archive (``torch.save``'s format) or a pickle
-    (the format before torch 1.6). An interrupted write or copy leaves a zip
-    archive without its directory, which is written last.
+    A checkpoint is a zip archive or a (pre-1.6) pickle; an interrupted
+    write leaves a zip without its directory, which is written last.
 
     Args:
         filename (str): Path of the checkpoint file.

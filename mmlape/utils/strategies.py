@@ -1,18 +1,9 @@
 """Which of mmengine's ``FlexibleRunner`` strategies mmlape's checkpoints
 serve.
 
-References:
-    mmengine 0.10.7's strategies (``mmengine._strategy``): the single-device,
-    DDP and FSDP strategies save a checkpoint through
-    ``mmengine.runner.save_checkpoint`` as one file (FSDP when its
-    ``state_dict_cfg`` is ``'full'``; ``'local'``, its default, writes a
-    folder of per-rank shards); DeepSpeed and ColossalAI save a folder in
-    their own layouts and load it with their own readers.
-
-mmlape's atomic checkpoint hook replaces one file at a time, ``--resume``
-picks the newest complete checkpoint file, and the safe loader reads one
-file; a checkpoint that is a folder has none of these guarantees, so such a
-strategy is refused with one line (:func:`strategy_refusal`).
+mmlape's atomic saves, ``--resume`` and safe loading work on one file; a
+strategy that saves a folder (DeepSpeed, ColossalAI, FSDP's ``'local'``
+shards) is refused with one line (:func:`strategy_refusal`).
 """
 from typing import Optional
 

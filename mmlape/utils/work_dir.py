@@ -1,25 +1,11 @@
-"""The work dir: one run at a time, and one line for an OS error on it.
+"""The work dir: checked writable before a run, held by one live run at a
+time (:func:`lock_work_dir`), and an OS error on one of its files turned
+into one :class:`~mmlape.utils.errors.WorkDirError` line naming the file,
+the cause and the intact checkpoint.
 
 References:
-    POSIX record locks (``fcntl.lockf``; ``fcntl(2)``): the kernel drops a
-    process's lock when the process ends, however it ends, and a child
-    forked by the process (a DataLoader worker) does not hold it. The
-    ``logging`` module's ``Handler.handleError``, which prints a traceback
-    ("--- Logging error ---") for every record a handler fails to write.
-
-:func:`check_work_dir` makes sure the work dir can be written before a
-run starts. :func:`lock_work_dir` keeps a second run out of a work dir
-that an active run holds: the lock file ``.mmlape-run.lock`` names the
-holder (process, host, start, command) and the message names it. A run
-that crashed or was killed holds nothing, so ``--resume`` after a crash
-starts as before.
-
-:func:`work_dir_error` turns an OS error on a file of the work dir (no
-space, a quota, no permission, a read-only file system) into one
-:class:`~mmlape.utils.errors.WorkDirError` naming the file, the cause and
-the checkpoint that is intact. :class:`LogWriteGuard` silences a log file
-that cannot be written after its first failure and keeps that failure for
-the run to report.
+    POSIX record locks (``fcntl.lockf``): the kernel drops a lock when its
+    process ends, and a forked child does not hold it.
 """
 import errno
 import fcntl
@@ -45,9 +31,8 @@ __all__ = [
 
 #: The lock file in a work dir.
 LOCK_NAME = '.mmlape-run.lock'
-#: OS errors of a write that the user can act on: no space, a quota, a file
-#: too large, no permission, a read-only file system. An OS error without a
-#: file name counts as one on the work dir only when it is one of these.
+#: OS errors of a write that the user can act on (no space, quota, file
+#: too large, no permission, read-only file system).
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES,
                 errno.EPERM, errno.EROFS)
 #: Those that mean "no room".
@@ -84,8 +69,8 @@ def write_error(err: OSError,
                 work_dir: str,
                 path: Optional[str] = None,
                 checkpoint: bool = False) -> WorkDirError:
-    """The one-line error for ``err``, an OS error writing ``path`` (or a
-    file of ``work_dir``) in a run whose work dir is ``work_dir``.
+    """The one-line error for ``err``, an OS error writing ``path`` in a
+    run whose work dir is ``work_dir``.
 
     Args:
         err (OSError): The error.
@@ -93,8 +78,7 @@ def write_error(err: OSError,
         path (str, optional): The file being written. Defaults to
             ``err.filename``.
         checkpoint (bool): The file is a checkpoint
-            (:class:`~mmlape.utils.errors.CheckpointSaveError`, a
-            ``PermissionError`` too for a missing permission). Defaults to
+            (:class:`~mmlape.utils.errors.CheckpointSaveError`). Defaults to
             False.
 
     Returns:
@@ -173,15 +157,11 @@ _HELD: Dict[str, WorkDirLock] = {}
 
 
 def check_work_dir(work_dir: str) -> None:
-    """Create the work dir and make sure files can be written in it: a
-    small file (64 KiB) is written and flushed to disk, so that a full disk
-    or an exhausted quota shows here, not while the runner writes its
-    config copy.
+    """Create the work dir and write (and fsync) 64 KiB in it, so that a
+    full disk or quota shows before the run starts.
 
     Raises:
-        UsageError: The work dir is under a file, cannot be created, or
-            cannot be written; the message names it and the reason (and,
-            for lack of space, the checkpoint that is intact).
+        UsageError: The work dir cannot be created or written.
     """
     path = parent = osp.abspath(work_dir)
     while not osp.exists(parent) and osp.dirname(parent) != parent:
@@ -222,20 +202,14 @@ def _holder(fd: int) -> Dict[str, str]:
 
 
 def lock_work_dir(work_dir: str, command: Optional[str] = None) -> WorkDirLock:
-    """Hold ``work_dir`` for this run: refuse it when another running
-    process holds it.
-
-    The lock is a POSIX record lock on ``<work_dir>/.mmlape-run.lock``:
-    the kernel releases it when the holder ends (a crash or a SIGKILL
-    included), so only a live run blocks. A process asking again for a
-    work dir it holds gets its lock back. The ranks of one job share the
-    work dir: only the first rank takes the lock.
+    """Hold ``work_dir`` for this run; refuse it when another live process
+    holds it (a POSIX record lock on ``.mmlape-run.lock``, released by the
+    kernel however the holder ends). Asking again returns the held lock.
 
     Args:
         work_dir (str): The work dir (it exists).
-        command (str, optional): What the run is, for the message of the
-            next one. Defaults to this process's program and first
-            argument (the tool and its config).
+        command (str, optional): What the run is, for the next run's
+            message. Defaults to ``sys.argv[:2]``.
 
     Returns:
         WorkDirLock: The lock, not enforced (and logged as such) where the
@@ -298,14 +272,9 @@ def release_work_dir_locks() -> None:
 
 
 class LogWriteGuard:
-    """Stop each watched log file at its first failed write, quietly, and
-    keep the first failure.
-
-    ``logging`` prints a traceback for every record a handler fails to
-    write; on a full disk that is one per log line. A watched
-    ``FileHandler`` takes no record after its first failure instead, and
-    :meth:`check` raises that failure as one
-    :class:`~mmlape.utils.errors.WorkDirError`.
+    """Stop each watched log file at its first failed write and keep that
+    failure for :meth:`check` (``logging`` would print a traceback per
+    record, e.g. per line on a full disk).
 
     Example:
         >>> guard = LogWriteGuard()

@@ -178,15 +178,10 @@ class LaPEBackbone(BaseModule):
     # ------------------------------------------------------------------
     # the PE plan
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
-        """The PE plan for a patch grid ``hw``.
-
-        In eval mode with autograd off, plans are cached per grid and
-        rebuilt when a tensor they depend on changes
-        (:class:`~mmlape.models.layers.pe_plan.PEPlanCache`); writes through
-        ``.data`` bypass PyTorch's version counter, so :meth:`train` and
-        ``eval()`` empty the cache. Under ``torch.compile`` the cache is
-        bypassed (its pointer comparison would break the graph).
-        """
+        """The PE plan for a patch grid ``hw``, cached per grid in eval mode
+        with autograd off (``train()``/``eval()`` empty the cache, since
+        writes through ``.data`` bypass the version counter; bypassed under
+        ``torch.compile``)."""
         hw = tuple(hw)
         if (self.cache_pe_plan and not self.training
                 and not torch.is_grad_enabled()
@@ -211,9 +206,8 @@ class LaPEBackbone(BaseModule):
 
     def init_weights(self) -> None:
         """Load ``init_cfg=dict(type='Pretrained', ...)`` through
-        :meth:`load_pretrained` (which converts the layouts users hold and
-        checks the join) instead of mmengine's plain loader; apply any other
-        ``init_cfg`` as mmengine does."""
+        :meth:`load_pretrained`; apply any other ``init_cfg`` as mmengine
+        does."""
         cfg = self.init_cfg
         if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
             self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
@@ -239,9 +233,7 @@ class LaPEBackbone(BaseModule):
     def load_pretrained(self,
                         checkpoint: str,
                         prefix: Optional[str] = None) -> None:
-        """Load a checkpoint of any layout the family reads into this
-        backbone: read, convert, check the join, load and log what was
-        missing or unexpected (see
+        """Load a checkpoint of any layout the family reads (see
         :meth:`~mmlape.models.checkpoint.CheckpointFamily.load`).
 
         Args:

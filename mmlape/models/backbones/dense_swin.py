@@ -1,12 +1,7 @@
 """mmdet's and mmseg's ``SwinTransformer`` signature on :class:`LaPESwin`.
 
 References:
-    mmdet 3.3.0's and mmseg 1.2.2's ``SwinTransformer`` (one signature:
-    arguments, defaults, padding, freezing, outputs).
-
-:class:`LaPEDenseSwin` only translates the hosts' arguments and freezes as
-they do; blocks, PE joins and checkpoints (the hosts' key names are
-mmpretrain's) are LaPESwin's.
+    mmdet 3.3.0's and mmseg 1.2.2's ``SwinTransformer`` (one signature).
 """
 from typing import Dict, Optional, Sequence, Union
 
@@ -21,13 +16,10 @@ __all__ = ['LaPEDenseSwin']
 class LaPEDenseSwin(LaPESwin):
     """mmdet's and mmseg's ``SwinTransformer``, with a pluggable PE join.
 
-    A host config swaps ``type='SwinTransformer'`` for
-    ``type='LaPEDenseSwin'`` (optionally adding ``pe_join``); with the
-    default join it computes what the host's Swin computes on the same
-    weights. Arguments and defaults are the hosts'; ``pe_join`` and
-    ``cache_pe_plan`` are :class:`LaPESwin`'s. What mmlape's Swin does not
-    compute (dropout inside the blocks, another activation, no qkv bias, a
-    qk scale, other merging strides) is refused with a message naming it.
+    A drop-in for the hosts' ``type='SwinTransformer'`` (same outputs on
+    the same weights) plus :class:`LaPESwin`'s PE options. What mmlape's
+    Swin does not compute (block dropout, another activation, no qkv bias,
+    a qk scale, other strides) is refused by name.
 
     Args:
         pretrain_img_size (int | tuple): Sets the PE grid. Defaults to 224.
@@ -146,10 +138,8 @@ class LaPEDenseSwin(LaPESwin):
         self._freeze_stages()
 
     def _freeze_stages(self) -> None:
-        """The hosts' freezing: with ``frozen_stages >= 0`` the patch
-        embedding and the absolute PE, then stages ``0..frozen_stages-1``
-        (their PE norms and merging included) and their output norms; with
-        every stage frozen, the join's own norms too."""
+        """The hosts' freezing (see ``frozen_stages``); with every stage
+        frozen, the join's norms too."""
         if self.frozen_stages < 0:
             return
         if self.pos_embed is not None:

@@ -1,11 +1,8 @@
 """mmseg's ``VisionTransformer`` signature on :class:`LaPEViT`.
 
 References:
-    mmseg 1.2.2's ``VisionTransformer`` (arguments, defaults, outputs);
-    ViT and Segmenter (Strudel et al., ICCV 2021).
-
-:class:`LaPESegViT` only translates mmseg's arguments and shapes its
-outputs; blocks, PE joins and checkpoints are LaPEViT's.
+    mmseg 1.2.2's ``VisionTransformer``; Segmenter (Strudel et al., ICCV
+    2021).
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -27,12 +24,10 @@ __all__ = ['LaPESegViT']
 class LaPESegViT(LaPEViT):
     """mmseg's ``VisionTransformer``, with a pluggable PE join.
 
-    A host config swaps ``type='VisionTransformer'`` for
-    ``type='LaPESegViT'`` (optionally adding ``pe_join``); with the default
-    join it computes what mmseg's ViT computes on the same weights
-    (checkpoints of mmseg's layout are converted on load). Arguments and
-    defaults are mmseg 1.2.2's; ``pe_join``, ``pe_type`` and
-    ``cache_pe_plan`` are :class:`LaPEViT`'s.
+    A drop-in for ``type='VisionTransformer'`` in mmseg configs: mmseg
+    1.2.2's arguments and defaults, the same outputs on the same weights
+    (mmseg checkpoints are converted on load), plus :class:`LaPEViT`'s PE
+    options.
 
     Args:
         img_size (int | tuple): Pretraining size (sets the PE grid).

@@ -37,11 +37,9 @@ LN = dict(type='LN')
 
 
 class PatchMerging(nn.Module):
-    """Swin's patch merging: 2x2 neighbours concatenated, LN, linear.
-
-    The channel order of the concatenation is the official one: rows/cols
-    (0, 0), (1, 0), (0, 1), (1, 1). An odd side is zero-padded at the
-    bottom/right first (as mmcv's ``PatchMerging`` does).
+    """Swin's patch merging: 2x2 neighbours concatenated in the official
+    order (0, 0), (1, 0), (0, 1), (1, 1), LN, linear; an odd side is
+    zero-padded bottom/right first.
 
     Args:
         in_channels (int): ``C``; the output has ``2C``.
@@ -86,12 +84,8 @@ class SwinStage(nn.Module):
 
 
 class SwinPatchEmbed(nn.Module):
-    """Patches by a strided convolution (``proj``), then LN (``norm``).
-
-    An image whose sides are not multiples of the patch size is zero-padded
-    at the bottom/right (as mmcv's ``PatchEmbed`` with ``padding='corner'``).
-    ``norm_cfg=None`` leaves the tokens unnormalised.
-    """
+    """Patches by a strided convolution (``proj``), then LN (``norm``;
+    None for none); partial patches are zero-padded bottom/right."""
 
     def __init__(self,
                  in_channels: int,
@@ -120,14 +114,11 @@ class SwinPatchEmbed(nn.Module):
 class LaPESwin(LaPEBackbone):
     """Swin Transformer whose absolute-PE join comes from config.
 
-    mmpretrain 1.2.0's ``SwinTransformer`` signature (every argument, with
-    its meaning and default; on the same weights the same outputs), plus
-    ``pe_join`` and ``cache_pe_plan``. A join that needs a PE (LaPE, PVG,
-    MPVG) turns the stage-1 absolute PE on unless ``use_abs_pos_embed``
-    says otherwise; each layer's PE norm has its stage's width
-    (``layers.{s}.blocks.{j}.pe_norm``), and PVG/MPVG include layer 0 on
-    this staged backbone (the MPVG paper). No class token: a classifier
-    pools by GAP. The windows' relative bias is kept under every join.
+    mmpretrain 1.2.0's ``SwinTransformer`` signature (same outputs on the
+    same weights) plus ``pe_join`` and ``cache_pe_plan``. A join that needs
+    a PE turns the stage-1 absolute PE on; PE norms have their stage's
+    width (``layers.{s}.blocks.{j}.pe_norm``). No class token; the
+    windows' relative bias is kept under every join.
 
     Args:
         arch (str | dict): ``'t'``/``'tiny'``, ``'s'``/``'small'``,
@@ -147,11 +138,9 @@ class LaPESwin(LaPEBackbone):
             returned, ``(B, C_s, H_s, W_s)``. Defaults to ``(3, )``.
         out_after_downsample (bool): Output a stage's map after its patch
             merging (twice the channels, half the grid). Defaults to False.
-        use_abs_pos_embed (bool, optional): Own an absolute PE (learnable,
-            truncated normal std 0.02). False is plain Swin and allows only
-            a join that needs no PE (``Default``). Defaults to None: the
-            join's ``needs_pe`` (False for ``Default``, mmpretrain's
-            default).
+        use_abs_pos_embed (bool, optional): Own a learnable absolute PE;
+            False allows only a join that needs none. Defaults to None
+            (the join's ``needs_pe``).
         interpolate_mode (str): How the raw PE is resized to another grid.
             Defaults to ``'bicubic'``.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
@@ -164,13 +153,9 @@ class LaPESwin(LaPEBackbone):
             shift (dense tasks). Defaults to False.
         norm_cfg (dict, optional): The output norms ``norm{s}``; None for
             none. Defaults to ``dict(type='LN')``.
-        stage_cfgs (dict | Sequence[dict]): Per stage (one dict for all, or
-            one per stage): ``window_size``, ``block_cfgs`` (a dict or one
-            per block: ``window_size``, ``ffn_ratio``, ``norm_cfg``,
-            ``shift``, ``drop_path``, ``pad_small_map``, ``with_cp``; empty
-            ``attn_cfgs``/``ffn_cfgs``) and ``downsample_cfg``
-            (``norm_cfg``). The PE norms take the blocks' norm. Defaults to
-            an empty dict.
+        stage_cfgs (dict | Sequence[dict]): mmpretrain's ``stage_cfgs``
+            (see :func:`~.swin_arch.stage_settings`); the PE norms take the
+            blocks' norm. Defaults to an empty dict.
         patch_cfg (dict): The patch embedding's ``norm_cfg`` (None for
             none); ``kernel_size``/``stride`` may repeat ``patch_size``.
             Defaults to an empty dict.
@@ -179,12 +164,10 @@ class LaPESwin(LaPEBackbone):
         pe_join (dict | str, optional): ``Default``, ``LaPE``, ``PVG`` or
             ``MPVG`` (with their options). Defaults to None (``Default``,
             see ``use_abs_pos_embed``).
-        cache_pe_plan (bool): In eval mode without autograd, build the PE
-            plan once per grid and reuse it until a weight changes.
-            Defaults to True.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
-            prefix='backbone.')`` loads an mmlape, official or mmpretrain
-            Swin checkpoint (see :meth:`load_pretrained`). Defaults to None.
+        cache_pe_plan (bool): See :class:`LaPEBackbone`. Defaults to True.
+        init_cfg (dict, optional): ``dict(type='Pretrained', ...)`` loads
+            an mmlape, official or mmpretrain Swin checkpoint. Defaults to
+            None.
 
     Example:
         >>> swin = LaPESwin('test-tiny', img_size=64, window_size=4,
@@ -327,10 +310,8 @@ class LaPESwin(LaPEBackbone):
         self._freeze_stages()
 
     def _init_special_weights(self) -> None:
-        """Swin's initialisation after the generic pass (see
-        :meth:`_init_default_weights`; PyTorch's default for the patch
-        convolution): truncated normal (std 0.02) for the relative bias
-        tables and the absolute PE."""
+        """After the generic pass: truncated normal (std 0.02) for the
+        relative bias tables and the absolute PE."""
         for m in self.modules():
             if isinstance(m, WindowAttention):
                 nn.init.trunc_normal_(m.relative_position_bias_table, std=.02)
@@ -420,10 +401,8 @@ class LaPESwin(LaPEBackbone):
     # ------------------------------------------------------------------
     # training utilities
     def _freeze_stages(self) -> None:
-        """mmpretrain's freezing: the patch embedding, then stages
-        ``0..frozen_stages`` (their PE norms and merging included) and
-        their output norms; the absolute PE stays trainable, as upstream's.
-        With every stage frozen, the join's own norms freeze too."""
+        """mmpretrain's freezing (the absolute PE stays trainable); with
+        every stage frozen, the join's norms too."""
         if self.frozen_stages < 0:
             return
         frozen = [self.patch_embed]
@@ -477,10 +456,9 @@ class LaPESwin(LaPEBackbone):
         return total - 1, total
 
     # ------------------------------------------------------------------
-    # checkpoints (mmlape.models.checkpoint.swin converts, checks and fits)
+    # checkpoints
     def checkpoint_spec(self) -> SwinSpec:
-        """What this backbone expects of a checkpoint, for
-        :mod:`mmlape.models.checkpoint.swin`."""
+        """What this backbone expects of a checkpoint."""
         return SwinSpec(
             pos_embed_shape=None
             if self.pos_embed is None else tuple(self.pos_embed.shape),

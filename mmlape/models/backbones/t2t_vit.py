@@ -2,13 +2,7 @@
 
 References:
     Yuan et al., "Tokens-to-Token ViT", ICCV 2021; mmpretrain 1.2.0's
-    ``T2T_ViT`` (arguments, defaults, its attention scale, the sinusoid as a
-    state-dict buffer resized for another image size).
-
-The arguments become a ViT arch (``T2T`` tokenizer, fixed 1D sin-cos PE,
-no qkv bias); blocks, outputs and joins are the ViT's. The PE stays a
-buffer of the state dict, which the checkpoint path
-(:mod:`mmlape.models.checkpoint.t2t`) keeps and resizes.
+    ``T2T_ViT``.
 """
 from copy import deepcopy
 from dataclasses import replace
@@ -81,12 +75,10 @@ def _layer_settings(layer_cfgs: Union[Dict, Sequence[Dict]], num_layers: int,
 class LaPET2TViT(LaPEViT):
     """T2T-ViT (mmpretrain's ``T2T_ViT``) whose PE join comes from config.
 
-    Takes every argument of mmpretrain 1.2.0's ``T2T_ViT`` with its meaning
-    and default, plus ``pe_join``; with the default join it computes what
-    upstream computes on the same weights (converted by
-    :mod:`mmlape.models.checkpoint.t2t`). The fixed sinusoid ``pos_embed``
-    is a state-dict buffer as upstream's: a checkpoint's is loaded and, at
-    another ``img_size``, resized (bicubic by default) rather than rebuilt.
+    A drop-in for mmpretrain 1.2.0's ``T2T_ViT`` (same outputs on the same
+    weights) plus ``pe_join``. The fixed sinusoid ``pos_embed`` is a
+    state-dict buffer as upstream's: loaded, and resized (not rebuilt) at
+    another ``img_size``.
 
     Args:
         img_size (int | tuple): Pretraining size; sets the PE grid
@@ -123,15 +115,12 @@ class LaPET2TViT(LaPEViT):
             (``Default``).
         cache_pe_plan (bool): See :class:`LaPEViT`. Defaults to True.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
-        attn_scale (str): How attention logits are scaled.
-            ``'mmpretrain'``: as mmpretrain 1.2.0 computes them, multiplied
-            by ``sqrt(head_dims)`` (its attention divides by the
-            ``head_dims ** -0.5`` it is given), in the T2T token layers
-            (``token_dims``) and the encoder; this is what the one-line swap
-            must reproduce. ``'official'``: the T2T-ViT paper's code,
-            ``(in_dims // heads) ** -0.5`` in the token layers and
-            ``head_dims ** -0.5`` in the encoder. Defaults to
-            ``'mmpretrain'``.
+        attn_scale (str): ``'mmpretrain'``: logits multiplied by
+            ``sqrt(head_dims)`` as mmpretrain 1.2.0 computes them (it
+            divides by the scale it is given), in the token layers and the
+            encoder; ``'official'``: the paper code's
+            ``(in_dims // heads) ** -0.5`` and ``head_dims ** -0.5``.
+            Defaults to ``'mmpretrain'``.
         init_cfg (dict | list, optional): mmengine's, or
             ``dict(type='Pretrained', ...)`` for an mmpretrain, official or
             mmlape T2T-ViT checkpoint. Defaults to None.

@@ -5,12 +5,10 @@ References:
     et al., ICCV 2023), PVG/MPVG (Lee, Ham, Kim, AAAI 2025), RoPE-ViT (Heo
     et al., ECCV 2024) for the rotary PE types; mmpretrain's
     ``VisionTransformer`` (arguments, output types, ``get_layer_depth``);
-    T2T-ViT, CeiT, ViT-Lite and CCT and their official code for the other
-    archs (:mod:`.vit_arch`).
+    T2T-ViT, CeiT, ViT-Lite and CCT for the other archs (:mod:`.vit_arch`).
 
-DeiT, Segmenter, ViT-Adapter and the T2T-ViT/CeiT/ViT-Lite/CCT archs are
-this backbone with other outputs or parts (tokenizer, FFN, pooling, chosen
-by config). The only loop over encoder blocks is
+DeiT, Segmenter, ViT-Adapter and the other archs are this backbone with
+other outputs or parts. The only loop over encoder blocks is
 :meth:`LaPEViT.forward_blocks`.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -45,24 +43,18 @@ __all__ = ['LaPEViT', 'PatchEmbed']
 class LaPEViT(LaPEBackbone):
     """Vision Transformer whose position embedding join comes from config.
 
-    Arguments left at None take the arch's value (see ``arch_zoo``), else
-    the DeiT default given below. Every argument of mmpretrain 1.2.0's
-    ``VisionTransformer`` is accepted with its meaning and default, so a
-    host config swaps ``type='VisionTransformer'`` for ``type='LaPEViT'``
-    and, with the default join, computes the same on the same weights.
+    Arguments left at None take the arch's value, else the default below.
+    It accepts every argument of mmpretrain 1.2.0's ``VisionTransformer``,
+    so with the default join ``type='LaPEViT'`` is a drop-in replacement.
 
     Args:
-        arch (str | dict): One of ``arch_zoo``: mmpretrain's (``'s'``,
-            ``'b'``, ``'l'``, ``'h'`` and their long names, ``'eva-g'``,
-            ``'deit-t'``/``'deit-tiny'``, ``'deit-s'``, ``'deit-b'``,
-            ``'dinov2-s'``, ``'dinov2-g'``; case-insensitive) and mmlape's
-            ``'t2t-vit-7'``, ``'ceit-tiny'``, ``'vit-lite-7/4'``,
-            ``'cct-7/3x1'`` or ``'test-tiny'`` (64 dims, 4 layers, refuses
-            inputs that are not whole patches; for tests); or a dict with
-            ``embed_dims``, ``num_layers``, ``num_heads``,
-            ``feedforward_channels`` and optionally any of
+        arch (str | dict): A name in ``arch_zoo`` (mmpretrain's, any
+            case, plus ``'t2t-vit-7'``, ``'ceit-tiny'``, ``'vit-lite-7/4'``,
+            ``'cct-7/3x1'`` and ``'test-tiny'``: 64 dims, 4 layers, whole
+            patches only), or a dict with ``embed_dims``, ``num_layers``,
+            ``num_heads``, ``feedforward_channels`` and any of
             :data:`~mmlape.models.backbones.vit_arch.ARCH_OPTIONS`.
-            Defaults to ``'base'`` (mmpretrain's default).
+            Defaults to ``'base'``.
         img_size (int | tuple, optional): Pretraining size; sets the PE grid
             through the tokenizer. Defaults to 224.
         patch_size (int, optional): Patch side of the ``Patch`` tokenizer.
@@ -71,45 +63,34 @@ class LaPEViT(LaPEBackbone):
         patch_bias (bool, optional): Bias of the ``Patch`` tokenizer's
             projection (DeiT has one, mmseg's ViT not). Defaults to
             ``not pre_norm`` (mmpretrain's rule).
-        patch_cfg (dict, optional): mmpretrain's ``patch_cfg``: mmcv
-            ``PatchEmbed`` arguments (``kernel_size``, ``stride``,
-            ``padding``, ``dilation``, ``bias``, ``norm_cfg``,
-            ``input_size``) that override the ``Patch`` tokenizer's.
-            Inputs that are not whole patches are padded at the bottom and
-            right (``padding='corner'``) unless the tokenizer says
-            otherwise. Defaults to None (no override).
+        patch_cfg (dict, optional): mmpretrain's ``patch_cfg`` (mmcv
+            ``PatchEmbed`` arguments overriding the ``Patch`` tokenizer's;
+            partial patches are padded bottom/right). Defaults to None.
         pre_norm (bool): A norm (``pre_norm``) on the tokens after the PE
             and before the first layer (CLIP). Defaults to False.
         layer_cfgs (dict | Sequence[dict], optional): mmpretrain's
-            ``layer_cfgs``: arguments of every encoder layer (one dict) or
-            of each: ``num_heads``, ``feedforward_channels``, ``drop_rate``,
-            ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
-            ``norm_cfg``, ``layer_scale_init_value``, ``act_cfg``
-            (``num_fcs=2``, ``ffn_type='origin'``). Defaults to None.
-        pe_join (dict | str | type, optional): The join, e.g.
-            ``dict(type='LaPE', hierarchical=True)``, a registered name (any
-            case) or a join class (see
+            ``layer_cfgs`` (one dict for every layer, or one each).
+            Defaults to None.
+        pe_join (dict | str | type, optional): The join: a config such as
+            ``dict(type='LaPE', hierarchical=True)``, a name (any case) or
+            a class (see
             :func:`~mmlape.models.layers.pe_join.resolve_pe_join`).
             Defaults to ``Default``.
         pe_type (str, optional): ``learnable``, ``sincos1d``, ``sincos2d``,
-            ``relative``, or a rotary PE, ``rope_axial`` or ``rope_mixed``
-            (:mod:`~mmlape.models.layers.rope`; RoPE-Mixed's learned
-            frequencies are ``blocks.{i}.attn.rope_freqs``; the class token
-            is not rotated). Defaults to ``learnable``.
+            ``relative``, ``rope_axial`` or ``rope_mixed`` (rotary; the
+            class token is not rotated). Defaults to ``learnable``.
         ape_type (str, optional): With a rotary ``pe_type``, an absolute PE
-            beside it (``learnable``, ``sincos1d`` or ``sincos2d``, stored
-            as ``pos_embed``); the join acts on it. Defaults to None (the
-            rotary PE alone, which takes no join that needs an absolute
-            PE).
+            beside it (stored as ``pos_embed``) for the join to act on.
+            Defaults to None.
         rope_theta (float, optional): The rotary PE's ``theta``. Defaults to
             the type's: 100 (axial), 10 (mixed).
         with_cls_token (bool, optional): Prepend a class token. Defaults to
             True.
-        out_type (str, optional): ``'cls_token'`` (B, C), ``'avg_featmap'``
-            (GAP then a norm, ``fc_norm``: mmpretrain's ``ln2``; PVG/MPVG
-            and T2T-ViT pool without it, B, C), ``'pooled'`` (the
-            ``pooling`` part, B, C), ``'featmap'`` (B, C, H, W) or
-            ``'raw'`` (B, N', C). Defaults to ``'cls_token'``.
+        out_type (str, optional): ``'cls_token'`` (B, C),
+            ``'avg_featmap'`` (GAP, then ``fc_norm`` except for PVG/MPVG
+            and T2T-ViT; B, C), ``'pooled'`` (the ``pooling`` part; B, C),
+            ``'featmap'`` (B, C, H, W) or ``'raw'`` (B, N', C). Defaults to
+            ``'cls_token'``.
         out_indices (int | Sequence[int]): Layers whose output is returned.
             Defaults to -1 (the last).
         final_norm (bool): Apply the final norm (``norm``) to the last
@@ -128,37 +109,30 @@ class LaPEViT(LaPEBackbone):
             (0 = global). Defaults to 0.
         interpolate_mode (str): How the raw PE is resized for another grid.
             Defaults to ``'bicubic'``.
-        interpolate_antialias (bool): Resize it with antialiasing, as
-            timm's ``resample_abs_pos_embed`` does (it matters where the
-            grid shrinks). Defaults to False.
-        frozen_stages (int): When positive, freeze the embeddings (patch
-            embedding, class token, PE, ``pre_norm``) and the first
-            ``frozen_stages`` layers, and with all layers the final norms
-            and the join; 0 or -1 freeze nothing (as mmpretrain).
-            Defaults to -1.
+        interpolate_antialias (bool): Resize it with antialiasing (as
+            timm; matters where the grid shrinks). Defaults to False.
+        frozen_stages (int): When positive, freeze the embeddings and the
+            first ``frozen_stages`` layers (with all of them, the final
+            norms and the join too), as mmpretrain. Defaults to -1.
         with_cp (bool): Gradient checkpointing of blocks. Defaults to False.
         cache_pe_plan (bool): In eval mode without autograd, compute the PE
             plan once per grid and reuse it until weights change.
             Defaults to True.
-        tokenizer (dict | str, optional): How an image becomes tokens:
-            ``dict(type='Patch' | 'T2T' | 'I2T' | 'Conv', ...)``; stored as
-            ``patch_embed``. Defaults to ``Patch`` with ``patch_size`` and
-            ``patch_bias``.
+        tokenizer (dict | str, optional): ``dict(type='Patch' | 'T2T' |
+            'I2T' | 'Conv', ...)``, stored as ``patch_embed``. Defaults to
+            ``Patch``.
         ffn (dict | str, optional): The FFN of every block,
             ``dict(type='MLP' | 'LeFF', ...)``. Defaults to ``MLP``.
         pooling (dict | str, optional): With ``out_type='pooled'``:
             ``dict(type='ClsToken' | 'GAP' | 'SeqPool' | 'LCA')``; stored as
             ``pool``. ``'cls_token'`` and ``'avg_featmap'`` are the
             ``ClsToken`` and ``GAP`` poolings. Defaults to None.
-        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=...,
-            prefix='backbone.')`` loads, converts and fits a checkpoint (see
-            :meth:`load_pretrained`). Defaults to None.
+        init_cfg (dict, optional): ``dict(type='Pretrained', ...)`` loads
+            via :meth:`load_pretrained`. Defaults to None.
 
     Raises:
-        ValueError: A bad option (the message names it and what is
-            allowed), or a join that cannot apply to a part (e.g. PVG with
-            CeiT's LCA pooling, which needs a class token; the message says
-            how the papers or mmlape resolve it).
+        ValueError: A bad option, or a join that cannot apply to a part
+            (e.g. PVG with CeiT's LCA pooling, which needs a class token).
 
     Example:
         >>> vit = LaPEViT('test-tiny', img_size=64, pe_join=dict(type='LaPE'))
@@ -375,12 +349,9 @@ class LaPEViT(LaPEBackbone):
     # ------------------------------------------------------------------
     # initialisation
     def _init_special_weights(self) -> None:
-        """After the generic pass (see :meth:`_init_default_weights`): the
-        arch's truncated normal for PE and class token (DeiT: 0.02;
-        Compact-Transformers: PE 0.2, class token zero); then every part's
-        own ``init_part_weights`` (e.g. Kaiming-normal tokenizer
-        convolutions, the Performer's orthogonal features, LCA's zero layer
-        embedding)."""
+        """After the generic pass: the arch's truncated normal for PE and
+        class token (0 std: zeros), then every part's
+        ``init_part_weights``."""
         if isinstance(self.pos_embed, nn.Parameter):
             nn.init.trunc_normal_(self.pos_embed, std=self.pos_embed_std)
         if self.with_cls_token:
@@ -436,9 +407,8 @@ class LaPEViT(LaPEBackbone):
         return plan
 
     def rotary_maps(self, hw: Tuple[int, int]) -> List[QKFn]:
-        """Every layer's rotation of the queries and keys on the grid
-        ``hw`` (the class token not rotated); the fixed axial tables are
-        computed once for all layers."""
+        """Every layer's rotation of q and k on the grid ``hw`` (axial
+        tables computed once for all layers)."""
         tables = [
             blk.attn.rotary_tables(hw, self.num_extra_tokens)
             for blk in (self.blocks[:1] if self.rope_type ==
@@ -449,8 +419,7 @@ class LaPEViT(LaPEBackbone):
 
     @property
     def pe_setting(self) -> str:
-        """``pe_type``, or ``'{pe_type}+{ape_type}'`` with an absolute PE
-        beside a rotary one (``pos_embed.pe_setting_name``)."""
+        """``pe_type``, or ``'{pe_type}+{ape_type}'``."""
         return pe_setting_name(self.pe_type, self.ape_type)
 
     def train(self, mode: bool = True) -> 'LaPEViT':
@@ -542,8 +511,7 @@ class LaPEViT(LaPEBackbone):
         return tokens_to_map(x[:, self.num_extra_tokens:], hw)
 
     def _origin_outputs(self, x: Tensor, hw: Tuple[int, int]) -> List:
-        """Outputs before the first layer (none; mmseg's ``out_origin``
-        in :class:`~mmlape.models.backbones.LaPESegViT`)."""
+        """Outputs before the first layer (see ``LaPESegViT``)."""
         return []
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
@@ -612,8 +580,7 @@ class LaPEViT(LaPEBackbone):
     # ------------------------------------------------------------------
     # checkpoints (the logic lives in mmlape.models.checkpoint.vit)
     def checkpoint_spec(self) -> ViTSpec:
-        """What this backbone expects of a checkpoint (PE shape, extra
-        tokens, grid, join), for :mod:`mmlape.models.checkpoint.vit`."""
+        """What this backbone expects of a checkpoint."""
         pe = self.pos_embed
         return ViTSpec(
             pos_embed_shape=tuple(pe.shape)

@@ -1,15 +1,12 @@
 """ViT-Adapter on mmlape's ViT: one backbone for mmdet and mmseg.
 
+The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
+interaction. Fine-tuning an MPVG checkpoint: docs/recipes.md, "MPVG in
+ViT-Adapter".
+
 References:
     Chen et al., "Vision Transformer Adapter for Dense Predictions", ICLR
-    2023, and its official code (hyperparameters, window attention, layer
-    scale, the pyramid fusion; its detection code feeds the pyramid from
-    the last ViT stage, its segmentation code from each interaction).
-
-The ViT blocks run through :meth:`LaPEViT.forward_blocks`, one call per
-interaction, under the join's plan. The ways to fine-tune an MPVG
-checkpoint without a final ViT norm: docs/recipes.md, "MPVG in
-ViT-Adapter".
+    2023, and its official code.
 """
 from typing import Any, Dict, List, Literal, Optional, Sequence, Union
 
@@ -63,15 +60,10 @@ class LaPEViTAdapter(LaPEViT):
             detection code) or ``'per_interaction'`` (each interaction's
             output for its level, the original segmentation code).
             Defaults to ``'last'``.
-        final_norm (bool): Apply the ViT's final norm, plus the join's
-            final term, to the last ViT output ``x_L`` before the pyramid
-            adds it: ``LN(x_L) + LN'_last(pos_0)`` with MPVG, ``LN(x_L)``
-            with the other joins. Both norms load from a classifier
-            checkpoint's ``norm`` and ``pe_join.last_norm``. With
-            ``'per_interaction'`` only the last level's ViT feature is
-            ``x_L``; the extractors always read the raw tokens. The
-            official ViT-Adapter has no final norm. Needs
-            ``add_vit_feature=True``. Defaults to False.
+        final_norm (bool): Apply the ViT's final norm (plus MPVG's final
+            term) to the last ViT output ``x_L`` before the pyramid adds it
+            (the official ViT-Adapter has none; the extractors always read
+            raw tokens). Needs ``add_vit_feature=True``. Defaults to False.
         adapter_norm_cfg (dict): Norm of the spatial prior module and of the
             four output norms. Defaults to ``dict(type='BN')``; the GPU
             configs use SyncBN.
@@ -93,9 +85,8 @@ class LaPEViTAdapter(LaPEViT):
         'base': dict(arch='deit-base', deform_num_heads=12),
         'test-tiny': dict(arch='test-tiny', deform_num_heads=2),
     }
-    #: Keys of the adapter's own modules and of the blocks' layer scale:
-    #: absent from a ViT checkpoint by design, so summarised on loading
-    #: instead of being reported as missing ViT weights.
+    #: Keys a ViT checkpoint lacks by design (adapter modules, layer
+    #: scale): summarised on loading, not reported as missing.
     new_key_pattern = (r'^(level_embed|spm\.|interactions\.|up\.|norm[1-4]\.'
                        r'|blocks\.\d+\.gamma[12]$)')
 
@@ -226,11 +217,8 @@ class LaPEViTAdapter(LaPEViT):
         nn.init.normal_(self.level_embed)
 
     def init_weights(self) -> None:
-        """Load ``init_cfg=dict(type='Pretrained', ...)`` (the adapter's own
-        modules keep their official starting values unless the checkpoint
-        has them), or apply any other ``init_cfg`` and then reset the
-        deformable attentions, which a generic pass over ``nn.Linear``
-        layers would otherwise overwrite (specialised last)."""
+        """Load or apply ``init_cfg``, then reset the deformable attentions
+        (a generic ``nn.Linear`` pass would overwrite them)."""
         cfgs = self.init_cfg if isinstance(self.init_cfg,
                                            list) else [self.init_cfg]
         pretrained = any(

@@ -26,12 +26,8 @@ __all__ = [
 
 #: Keys every arch has.
 ARCH_KEYS = ('embed_dims', 'num_layers', 'num_heads', 'feedforward_channels')
-#: Keys an arch may add: defaults of constructor arguments (``img_size``,
-#: ``tokenizer``, ``ffn``, ``pooling``, ``out_type``, ``with_cls_token``,
-#: ``pe_type``, ``qkv_bias``, ``norm_cfg``) and settings of the original
-#: model that have no argument of their own (``gap_norm=False``: no norm
-#: after the average pooling of ``out_type='avg_featmap'``, as mmpretrain's
-#: T2T-ViT).
+#: Keys an arch may add: argument defaults, and settings without an
+#: argument (``gap_norm=False``: no norm after GAP, as mmpretrain's T2T-ViT).
 ARCH_OPTIONS = ('img_size', 'tokenizer', 'ffn', 'pooling', 'out_type',
                 'with_cls_token', 'pe_type', 'qkv_bias', 'norm_cfg',
                 'qk_scale', 'norm2_in_residual', 'pos_embed_std',
@@ -166,10 +162,9 @@ def gap_norm_applies(out_type: str, arch: Dict,
                      join: Type[BasePEJoin]) -> bool:
     """Whether ``out_type='avg_featmap'`` normalises the pooled vector.
 
-    mmpretrain's ViT does (its ``ln2``; mmlape's ``fc_norm``), its T2T-ViT
-    does not (``gap_norm=False`` in the arch). A join without a class token
-    (PVG, MPVG) pools as its paper does: GAP of the final-normed tokens,
-    without another norm.
+    mmpretrain's ViT does (``fc_norm``), its T2T-ViT does not
+    (``gap_norm=False``), nor a join without a class token (PVG/MPVG, as
+    their papers).
     """
     return (out_type == 'avg_featmap' and arch.get('gap_norm', True)
             and join.allows_cls_token)
@@ -220,10 +215,8 @@ def build_tokenizer(
     """The tokenizer, and the input size a ``patch_cfg`` sets for the PE
     grid (None when it sets none).
 
-    ``patch_size``/``patch_bias`` set the ``Patch`` tokenizer's kernel and
-    stride and its bias; ``patch_cfg`` (mmpretrain's, mmcv ``PatchEmbed``
-    arguments) then overrides them as mmpretrain's ViT lets it. Both are
-    refused for any other tokenizer."""
+    ``patch_size``/``patch_bias``, then ``patch_cfg``, set the ``Patch``
+    tokenizer's; refused for any other tokenizer."""
     cfg = part_cfg(cfg, default='Patch')
     input_size = None
     if part_class(TOKENIZERS, 'tokenizer', cfg) is PatchEmbed:

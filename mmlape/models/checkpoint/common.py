@@ -1,15 +1,12 @@
 """The checkpoint path every backbone family fills in.
 
-References:
-    timm's ``checkpoint_filter_fn`` (a pure filter beside the model) and
-    mmengine's ``CheckpointLoader`` (for URLs; local files are read by
-    :func:`mmlape.utils.safe_load.safe_torch_load`).
+A family (:class:`CheckpointFamily`) reads the backbone part, converts
+its layout to mmlape's names, checks it against the join and the recorded
+model, fits it in the backbone's ``load_state_dict`` pre-hook and reports
+missing, unexpected and new keys.
 
-Every family (:class:`CheckpointFamily`) goes the same way: read the state
-dict and its backbone part; detect the layout and convert it to mmlape's
-names; check it against the join and the model the file records; fit it in
-the backbone's ``load_state_dict`` pre-hook (so every route is fitted);
-load and report what was missing, unexpected or new.
+References:
+    timm's ``checkpoint_filter_fn`` (a pure filter beside the model).
 """
 import math
 import os.path as osp
@@ -69,13 +66,11 @@ class Converted:
     Attributes:
         state_dict (dict): mmlape backbone keys, no prefix.
         layout (Layout): The layout it came from.
-        notes (list[str]): What the conversion dropped or changed, for the
-            caller's log.
-        head (dict): A bare model's classifier (``weight``, ``bias``), which
-            a whole-checkpoint conversion puts where the ``head`` option
-            says; empty when the source has none.
-        meta (dict): What the source file records about the model (e.g. the
-            official LaPE run), for the converted file's ``meta``.
+        notes (list[str]): What the conversion dropped or changed.
+        head (dict): A bare model's classifier (``weight``, ``bias``);
+            empty when the source has none.
+        meta (dict): What the source records about the model (e.g. the
+            official LaPE run's args).
     """
     state_dict: Dict[str, Tensor]
     layout: Layout
@@ -139,11 +134,8 @@ def rename_keys(state_dict: Mapping,
                 rules: Rules,
                 source: str,
                 dropped: tuple = ()) -> Dict[str, Tensor]:
-    """Rename every key by the first of ``rules`` that matches it.
-
-    Keys matching a ``dropped`` pattern (buffers the model rebuilds) are
-    left out; any other key is refused, naming ``source`` (e.g. ``'an
-    mmpretrain ViT'``).
+    """Rename every key by the first of ``rules`` that matches it; keys
+    matching a ``dropped`` pattern (rebuilt buffers) are left out.
 
     Raises:
         ValueError: A key no rule matches.
@@ -210,10 +202,9 @@ def check_pe_width(src: Tensor, shape: Tuple[int, ...], key: str) -> None:
 
 def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
                    join: str) -> None:
-    """The modules that own a PE norm (``{owner}.pe_norm.*``) must be the
-    model's ``owners``: another join's file (no PE norms for a LaPE model)
-    does not fit. An MPVG file may initialise a PVG model (its
-    ``pe_join.last_norm`` is reported as unexpected)."""
+    """Refuse a file whose PE-norm owners (``{owner}.pe_norm.*``) are not
+    the model's ``owners`` (another join's file). An MPVG file may
+    initialise a PVG model."""
     found = sorted(
         {k.rsplit('.pe_norm.', 1)[0]
          for k in state_dict if '.pe_norm.' in k})
@@ -262,10 +253,9 @@ def load_and_report(module: torch.nn.Module,
                     checkpoint: str,
                     new_key_pattern: Optional[str] = None,
                     family: str = 'backbone') -> None:
-    """Load a converted backbone state dict (not strictly) and log what was
-    missing, unexpected or new (keys matching ``new_key_pattern``: modules
-    a ``family`` checkpoint cannot have); a shape that does not fit is a
-    ValueError naming the file."""
+    """Load a converted backbone state dict (not strictly), logging the
+    missing, unexpected and new (``new_key_pattern``) keys; a shape that
+    does not fit is a ValueError naming the file."""
     try:
         missing, unexpected = module.load_state_dict(state_dict, strict=False)
     except (RuntimeError, ValueError) as err:
@@ -300,10 +290,8 @@ def load_and_report(module: torch.nn.Module,
 class CheckpointFamily:
     """The checkpoint path of one backbone family.
 
-    A family fills in :meth:`detect`, :meth:`convert`, :meth:`check` and
-    :meth:`fit` (and, for files that hold more than one state dict,
-    :meth:`read`); :meth:`convert_checkpoint` and :meth:`load` are the
-    same for every family.
+    A family fills in :meth:`detect`, :meth:`convert`, :meth:`check`,
+    :meth:`fit` (and :meth:`read` for files with several state dicts).
 
     Attributes:
         name (str): The family, in messages (``'ViT'``, ``'Swin'``).
@@ -354,18 +342,14 @@ class CheckpointFamily:
                      checkpoint: Mapping,
                      state_dict: Mapping,
                      fmt: Optional[str] = None) -> Converted:
-        """:meth:`convert` of the backbone keys ``state_dict`` of the loaded
-        file ``checkpoint``; a family whose files record how the model was
-        built (the official LaPE code's ``args``) reads that here and puts
-        it in :attr:`Converted.meta`."""
+        """:meth:`convert` of the file's backbone keys; a family whose files
+        record the model (official LaPE ``args``) puts it in ``meta``."""
         return self.convert(state_dict, fmt)
 
     def check_model(self, converted: Converted,
                     module: torch.nn.Module) -> None:
-        """Refuse a file whose recorded model (an official LaPE run,
-        :attr:`Converted.meta`) is another than the backbone ``module``
-        (:func:`~.recorded.model_differences`; a ValueError naming each
-        difference)."""
+        """Refuse a file whose recorded model (:attr:`Converted.meta`) is
+        another than ``module`` (a ValueError naming each difference)."""
         recorded = recorded_backbone(dict(meta=converted.meta))
         wrong = model_differences(recorded[1], module) if recorded else []
         if wrong:
@@ -394,10 +378,8 @@ class CheckpointFamily:
     def convert_backbone(self,
                          state_dict: Mapping,
                          fmt: Optional[str] = None) -> Dict[str, Tensor]:
-        """The backbone keys of a state dict (a ``backbone.`` prefix
-        selects them from a whole model) of format ``fmt`` (one of
-        :attr:`formats`; detected when None), in mmlape's names and without
-        prefix."""
+        """The backbone keys of a whole or bare state dict of format
+        ``fmt`` (detected when None) in mmlape's names, no prefix."""
         fmt = fmt or self.detect(state_dict)
         return self.convert(select_backbone(state_dict), fmt).state_dict
 
@@ -413,9 +395,8 @@ class CheckpointFamily:
                 reads.
             fmt (str, optional): The source format; detected when None.
             head (str, optional): Where a bare model's classifier goes (a
-                key of :attr:`heads`). The other parts of an OpenMMLab model
-                (``backbone.``-prefixed files: necks, heads) are kept as
-                they are. Defaults to :attr:`default_head`.
+                key of :attr:`heads`); an OpenMMLab model's other parts are
+                kept. Defaults to :attr:`default_head`.
             **options: For :meth:`read` (e.g. ``use_ema``).
 
         Returns:
@@ -457,14 +438,9 @@ class CheckpointFamily:
              new_key_pattern: Optional[str] = None) -> None:
         """Read, convert, check and load a checkpoint into a backbone.
 
-        A local file is read safely
-        (:func:`~mmlape.utils.safe_load.safe_torch_load`), a URL through
-        mmengine's loader; the backbone part is selected (``prefix``, or
-        ``backbone.`` when present), converted (:meth:`convert_file`),
-        checked against the join (:meth:`check`) and against the model the
-        file records (:meth:`check_model`) and loaded; the backbone's own
-        pre-hook fits it (:meth:`fit`). What was dropped, missing or
-        unexpected is logged.
+        Local files are read by
+        :func:`~mmlape.utils.safe_load.safe_torch_load`, URLs by mmengine;
+        the backbone's pre-hook fits the keys (:meth:`fit`).
 
         Args:
             module (nn.Module): The backbone.
@@ -472,8 +448,8 @@ class CheckpointFamily:
             prefix (str, optional): See :func:`select_backbone`.
             spec: The backbone's ``checkpoint_spec()``.
             new_key_pattern (str, optional): Keys the family's checkpoints
-                cannot have (modules a subclass adds); they are summarised
-                instead of being listed as missing. Defaults to None.
+                cannot have, summarised instead of listed as missing.
+                Defaults to None.
 
         Raises:
             ValueError: No keys under ``prefix``, another join, or a

@@ -1,15 +1,11 @@
 """timm's EVA-style ViT layout, as the RoPE-ViT models use it.
 
-References:
-    timm (>= 1.0.17) ``timm/models/eva.py`` (key names of ``Eva`` with
-    ``attn_type='rope'``: ``blocks.{i}.gamma_1``/``gamma_2`` layer scale,
-    one ``rope.freqs`` of ``(2, depth, heads, head_dims / 2)`` for
-    RoPE-Mixed, a PE without a class-token row, ``no_embed_class=True``)
-    and Heo et al., ECCV 2024 (the RoPE-ViT models it ports).
+The ViT's path (:mod:`.vit`) detects the layout (:func:`is_eva`), calls
+:func:`convert_eva` for the keys and adds the missing class-token PE row.
 
-The ViT's path (:mod:`.vit`) detects the layout (:func:`is_eva`) and calls
-:func:`convert_eva` for the keys; it adds the zero class-token row to a PE
-that has none.
+References:
+    timm (>= 1.0.17) ``timm/models/eva.py`` (``Eva`` with
+    ``attn_type='rope'``); Heo et al., ECCV 2024.
 """
 import re
 from collections import OrderedDict

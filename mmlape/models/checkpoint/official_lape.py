@@ -1,16 +1,13 @@
 """The official LaPE code's checkpoints and recorded run, in mmlape's terms.
 
-References:
-    The official LaPE code (Ingrid725/LaPE, on DeiT's): ``main.py`` saves
-    ``{'model': ..., 'args': argparse.Namespace}`` (``--model``, ``--pe``,
-    ``--join-type``; the first release's ``--pe_joining``);
-    ``vision_transformer.py`` builds the PE (``learnable``, ``1D_sin`` and
-    ``2D_sin`` as frozen parameters, ``2D_RPE``/``RPE`` bias tables).
-
 :data:`OFFICIAL_JOINS` maps each official PE and join to mmlape's options
-(the table of docs/methods.md, "Official LaPE checkpoints"); the weights
-are converted here (unshared PEs stacked, relative-PE blocks renamed, a
-stored fixed PE checked and dropped) for the ViT's path (:mod:`.vit`).
+(docs/methods.md, "Official LaPE checkpoints"); the weights are converted
+here for the ViT's path (:mod:`.vit`).
+
+References:
+    The official LaPE code (Ingrid725/LaPE): ``main.py`` saves ``{'model',
+    'args'}`` (``--pe``, ``--join-type``; the first release's
+    ``--pe_joining``); fixed PEs are stored as frozen parameters.
 """
 import math
 import re
@@ -40,11 +37,8 @@ OFFICIAL_PES = {
     'RPE': 'relative',
 }
 
-#: ``(release, PE kind, official join) -> (mmlape join, hierarchical)``.
-#: ``release`` is ``'first'`` (``--pe_joining``) or ``'current'``
-#: (``--join-type``); the PE kind is ``'absolute'`` (learnable, 1D_sin,
-#: 2D_sin) or ``'relative'``; ``hierarchical`` is None where it does not
-#: apply (it only chains absolute PEs).
+#: ``(release, PE kind, official join) -> (mmlape join, hierarchical)``;
+#: ``hierarchical`` is None where it does not apply (relative PEs).
 OFFICIAL_JOINS: Dict[Tuple[str, str, str], Tuple[str, Optional[bool]]] = {
     ('current', 'absolute', 'basic'): ('Default', None),
     ('current', 'absolute', 'share'): ('Share', None),
@@ -171,13 +165,9 @@ def _field(args: Any, name: str) -> Any:
 
 
 def read_official_run(checkpoint: Any) -> Optional[OfficialRun]:
-    """The run an official LaPE checkpoint records, or None.
-
-    The official ``main.py`` stores its ``argparse.Namespace`` as ``args``
-    (mmlape's safe loading restores it, see :mod:`mmlape.utils.safe_load`);
-    a file converted by ``tools/convert/to_mmlape.py --family vit`` keeps
-    the run in ``meta['official_lape']``. ``args`` without ``pe`` (e.g. a
-    plain DeiT run's) record no LaPE run.
+    """The run an official LaPE checkpoint records (its ``args``, or a
+    converted file's ``meta['official_lape']``), or None (also for
+    ``args`` without ``pe``, e.g. a plain DeiT run's).
 
     Args:
         checkpoint: The loaded file.
@@ -232,13 +222,9 @@ def _tolerance(rows: int) -> float:
 def check_fixed_pe(value: Tensor,
                    pe_type: Optional[str],
                    key: str = 'pos_embed') -> Optional[str]:
-    """Whether a stored PE is a fixed sin-cos PE that mmlape rebuilds.
-
-    The official LaPE code stores its fixed PE as a frozen parameter
-    (``1D_sin``: a 2-D ``(N + 1, C)`` tensor; ``2D_sin``: ``(1, N + 1, C)``
-    with a zero class-token row). mmlape builds the same table as a
-    buffer that no checkpoint holds, so a stored one is checked and
-    dropped.
+    """Whether a stored PE is a fixed sin-cos PE that mmlape rebuilds as a
+    buffer (official ``1D_sin``: ``(N + 1, C)``; ``2D_sin``:
+    ``(1, N + 1, C)`` with a zero class-token row).
 
     Args:
         value (Tensor): The stored PE.
@@ -322,11 +308,9 @@ def convert_lape_relative(state_dict: Mapping,
                           notes: List[str]) -> Dict[str, Tensor]:
     """The LaPE code's relative-PE blocks in mmlape's names.
 
-    ``blocks.{i}.attn.pe_norm`` (the LayerNorm over the key axis) becomes
-    ``blocks.{i}.pe_norm``. The stored ``relative_position_index`` is checked
-    against the index mmlape computes for the table's grid and dropped
-    (mmlape computes it); a different index would pair the table's entries
-    with other offsets, so it is refused.
+    ``blocks.{i}.attn.pe_norm`` becomes ``blocks.{i}.pe_norm``; a stored
+    ``relative_position_index`` is checked against mmlape's and dropped
+    (another index would read the table with other offsets: refused).
     """
     out = OrderedDict()
     checked = 0
@@ -359,8 +343,7 @@ def convert_lape_relative(state_dict: Mapping,
 def drop_fixed_pe(sd: Dict[str, Tensor], pe_type: Optional[str],
                   notes: List[str]) -> None:
     """Check a stored fixed sin-cos PE against mmlape's and drop it (see
-    :func:`check_fixed_pe`): mmlape builds it as a buffer that no
-    checkpoint holds."""
+    :func:`check_fixed_pe`)."""
     pe = sd.get('pos_embed')
     if pe is None:
         return

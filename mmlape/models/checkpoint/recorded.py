@@ -1,17 +1,9 @@
 """The model a checkpoint records, against the model it goes into.
 
-References:
-    mmengine's checkpoints (``meta['cfg']``, the run's config text) and
-    the official LaPE code's (its ``args``, kept by the converter as
-    ``meta['official_lape']``: :mod:`.official_lape`).
-
-The weights show a model's layout (keys and shapes, which a strict load
-compares); they cannot show its backbone type, its ``pe_type`` (learnable
-or fixed, which sinusoid) or its join (``Default`` and ``Share`` have the
-same keys; ``hierarchical`` changes no key). :func:`model_differences`
-compares exactly these, the join resolved with its options' defaults
-(:func:`~mmlape.models.layers.pe_join.resolve_pe_join`), and
-:func:`another_model` says the differences in one line.
+The weights cannot show the backbone type, ``pe_type`` or join
+(``Default`` and ``Share`` have the same keys); :func:`model_differences`
+compares these, read from ``meta['cfg']`` or an official LaPE run's
+``args``, and :func:`another_model` says the differences in one line.
 """
 import ast
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -174,10 +166,8 @@ def model_differences(recorded: Mapping,
     weights cannot show, as ``(field, recorded value, current value)``
     texts: the type alone if it differs, else ``pe_type`` and the join.
 
-    Each side is a backbone config (defaults filled in from its class) or
-    a built backbone. A value of None on either side (no type recorded, an
-    option derived from the model such as ``num_pe_layers``) is not
-    compared.
+    Each side is a backbone config (class defaults filled in) or a built
+    backbone; a None on either side is not compared.
 
     Example:
         >>> model_differences(

@@ -1,14 +1,11 @@
 """Swin checkpoint layouts, their conversion to mmlape, and the fit.
 
-References:
-    The official Swin code (microsoft/Swin-Transformer: key layout, the
-    channel order of patch merging) and mmpretrain's ``SwinTransformer``
-    (``stages.{s}.blocks.{j}.attn.w_msa``, merging by ``nn.Unfold``), whose
-    names mmdet's and mmseg's share.
+mmlape's Swin keeps the official layout with ``pos_embed`` and an output
+norm ``norm{s}`` per output stage; mmpretrain's (also mmdet's and mmseg's)
+merging weights are permuted to the official channel order.
 
-mmlape's Swin keeps the official layout with ``pos_embed`` and one output
-norm ``norm{s}`` per output stage; mmpretrain's merging norm and reduction
-are permuted to the official channel order.
+References:
+    microsoft/Swin-Transformer; mmpretrain's ``SwinTransformer``.
 """
 import math
 import re
@@ -228,9 +225,6 @@ SWIN = SwinCheckpoints()
 #: (see :meth:`~.common.CheckpointFamily.convert_backbone`).
 convert_swin_backbone = SWIN.convert_backbone
 
-#: A whole Swin checkpoint to an mmlape one
-#: (``tools/convert/to_mmlape.py --family swin``; see
-#: :meth:`~.common.CheckpointFamily.convert_checkpoint`): an official
-#: classifier ``head.*`` goes to ``head.fc`` (``head='linear'``) or nowhere
-#: (``'none'``).
+#: A whole Swin checkpoint to an mmlape one (an official ``head.*`` goes to
+#: ``head.fc`` with ``head='linear'``).
 convert_swin_checkpoint = SWIN.convert_checkpoint

@@ -1,12 +1,7 @@
-"""The checkpoint path of :class:`~mmlape.models.backbones.LaPET2TViT`.
-
-References:
-    mmpretrain's ``T2T_ViT`` and the official T2T-ViT code (the sinusoid
-    ``pos_embed`` kept in the state dict, resized bicubic to another grid).
-
-The ViT's path, except that a file's fixed sinusoid is kept and fitted like
-a learnable PE (the ViT's path drops it); a file without one gets the table
-of the model's grid.
+"""The checkpoint path of :class:`~mmlape.models.backbones.LaPET2TViT`: the
+ViT's, except that a file's fixed sinusoid is kept and fitted like a
+learnable PE (as mmpretrain's ``T2T_ViT``); a file without one gets the
+table of the model's grid.
 """
 from collections import OrderedDict
 from typing import Dict, List, Mapping, Optional

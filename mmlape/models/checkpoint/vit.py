@@ -6,12 +6,10 @@ References:
     PE rows without a class token), mmpretrain's and mmseg's
     ``VisionTransformer`` (their key names).
 
-For :class:`~mmlape.models.backbones.LaPEViT` and everything built on it:
-:func:`detect_layout` names the layout (the naming and what each extra PE
-row is: the layout, not a ``cls_token`` key, decides);
-:func:`convert_layout` renames the keys and keeps a class-token row and the
-patch rows; :func:`fit_pos_embed` and :meth:`ViTCheckpoints.check` fit the
-result to one backbone (:class:`ViTSpec`) or refuse it, naming why.
+For :class:`~mmlape.models.backbones.LaPEViT` and what is built on it:
+:func:`detect_layout` names the layout (what each extra PE row is),
+:func:`convert_layout` renames keys and keeps a class-token row and the
+patch rows, :func:`fit_pos_embed` fits one backbone (:class:`ViTSpec`).
 """
 import re
 from collections import OrderedDict
@@ -160,22 +158,16 @@ def detect_layout(state_dict: Mapping, fmt: Optional[str] = None) -> Layout:
 
     Rules, from the sources' code:
 
-    - mmseg's ViT always owns a class token and a ``1 + N``-row PE.
-    - Elsewhere each token the source owns (``cls_token``, then
-      ``dist_token``) has a PE row, in that order.
-    - A ViT-Adapter backbone (``level_embed``, ``spm.*``, ``interactions.*``)
-      without a class token whose PE has ``k*k + 1`` rows is the official
-      ViT-Adapter: it keeps DeiT's class row and never uses it. mmlape's own
-      ViT-Adapter has ``k*k`` rows; ``k*k + 1`` is never a square, so the
-      two cannot be confused for a square grid.
-    - Blocks with ``attn.pe_norm`` or a stored ``attn.relative_position_index``
-      are the LaPE code's relative PE.
-    - timm's ``Eva`` (the RoPE-ViT models) has ``blocks.{i}.gamma_1`` or
-      ``rope.freqs``.
-    - A timm-named PE of ``k*k`` rows beside a class token has no row for
-      it: timm's ``no_embed_class=True`` (the RoPE-ViT models with an
-      absolute PE, DeiT-III), which adds the PE to the patches only. With a
-      class-token row it has ``k*k + 1`` rows, never a square.
+    - mmseg's ViT always has a class token and a ``1 + N``-row PE.
+    - Elsewhere each owned token (``cls_token``, then ``dist_token``) has a
+      PE row, in that order.
+    - A ViT-Adapter backbone without a class token and a ``k*k + 1``-row
+      PE is the official ViT-Adapter (DeiT's unused class row); mmlape's
+      has ``k*k`` rows (``k*k + 1`` is never a square).
+    - ``attn.pe_norm`` or a stored ``attn.relative_position_index``: the
+      LaPE code's relative PE. ``gamma_1`` or ``rope.freqs``: timm's Eva.
+    - A timm-named ``k*k``-row PE beside a class token has no row for it
+      (timm's ``no_embed_class=True``: DeiT-III, RoPE-ViT with an APE).
 
     Args:
         state_dict (Mapping): Backbone keys, no prefix.
@@ -233,14 +225,11 @@ def convert_layout(state_dict: Mapping,
     """A backbone state dict of any known layout in mmlape's names and PE
     layout.
 
-    Keys are renamed (mmpretrain, mmseg, the LaPE code's relative PE,
-    timm's ``Eva``), the unshared PEs are stacked, a classifier
-    (``head.*``, ``head_dist.*``) and
-    the distillation token are dropped, a stored fixed sin-cos PE (the LaPE
-    code's ``1D_sin``/``2D_sin``) is checked and dropped, and ``pos_embed``
-    keeps only a class-token row (when the layout has one) and the patch
-    rows; a class token without a PE row (timm's ``no_embed_class``) gets
-    a zero row, which adds nothing to it as the source adds nothing.
+    Keys are renamed, unshared PEs stacked, the classifier and
+    distillation token dropped, a stored fixed sin-cos PE checked and
+    dropped; ``pos_embed`` keeps a class-token row (if any) and the patch
+    rows, and a class token without a PE row gets a zero row (adding
+    nothing, as the source does).
 
     Args:
         state_dict (Mapping): Backbone keys, no prefix.
@@ -381,12 +370,10 @@ class ViTCheckpoints(CheckpointFamily):
                      checkpoint: Mapping,
                      state_dict: Mapping,
                      fmt: Optional[str] = None) -> Converted:
-        """Convert, reading the official LaPE run the file records (its
-        ``args``, or ``meta['official_lape']`` of a converted file): the
-        run's PE type decides whether a stored PE is the fixed one, the
-        weights must be the run's (PE norms where its join has them), and
-        the run goes to :attr:`Converted.meta` (``official_lape``, with
-        mmlape's ``pe_type`` and ``pe_join``)."""
+        """Convert, reading the official LaPE run the file records
+        (``args`` or ``meta['official_lape']``): its PE type decides
+        whether a stored PE is fixed, the weights must be the run's, and
+        the run goes to ``meta['official_lape']``."""
         run = read_official_run(checkpoint)
         if run is None:
             conv = self.convert(state_dict, fmt)
@@ -417,9 +404,8 @@ class ViTCheckpoints(CheckpointFamily):
                            backbone: Any = None,
                            **options) -> Dict:
         """As :meth:`~.common.CheckpointFamily.convert_checkpoint`; with
-        ``backbone`` (a config's backbone, built or not), a file whose
-        recorded official LaPE run is another model
-        (:func:`~.recorded.model_differences`) is refused.
+        ``backbone`` (a config's, built or not), a file whose recorded
+        official LaPE run is another model is refused.
 
         Raises:
             ValueError: What the conversion refuses, or one line naming
@@ -442,11 +428,8 @@ class ViTCheckpoints(CheckpointFamily):
 
     def fit(self, state_dict: Dict[str, Tensor], prefix: str,
             spec: ViTSpec) -> List[str]:
-        """The layout of the keys under ``prefix`` decides which PE rows
-        are extra tokens; rows the model cannot use (a distillation
-        token's, the official ViT-Adapter's unused row) are dropped, then
-        :func:`fit_pos_embed` fits the rest; a class token the model does
-        not have is dropped."""
+        """Drop the PE rows (layout-decided) and class token the model
+        cannot use, then :func:`fit_pos_embed`."""
         key = prefix + 'pos_embed'
         if key not in state_dict or spec.pos_embed_shape is None:
             return []
@@ -471,10 +454,8 @@ class ViTCheckpoints(CheckpointFamily):
 
     def backbone_state(self, checkpoint: Mapping,
                        prefix: Optional[str]) -> Dict[str, Tensor]:
-        """The backbone keys of a loaded file; an official T2T-ViT / CeiT /
-        ViT-Lite / CCT file is first converted as the ``vit-family``
-        converter does (T2T-ViT's EMA weights; ``prefix`` does not apply to
-        such a file)."""
+        """The backbone keys of a loaded file; an official T2T-ViT, CeiT,
+        ViT-Lite or CCT file is converted first (``prefix`` ignored)."""
         family = VIT_FAMILY.detect(VIT_FAMILY.read(checkpoint, False))
         if not family:
             return super().backbone_state(checkpoint, prefix)
@@ -492,10 +473,7 @@ VIT = ViTCheckpoints()
 #: (see :meth:`~.common.CheckpointFamily.convert_backbone`).
 convert_backbone = VIT.convert_backbone
 
-#: A whole ViT checkpoint to an mmlape one
-#: (``tools/convert/to_mmlape.py --family vit``; see
-#: :meth:`~.common.CheckpointFamily.convert_checkpoint`): a timm classifier
-#: goes to ``head.layers.head`` (``head='vit'``), ``head.fc``
-#: (``'linear'``) or nowhere (``'none'``); a distilled DeiT's ``head_dist``
-#: is dropped.
+#: A whole ViT checkpoint to an mmlape one; a timm classifier goes to
+#: ``head.layers.head`` (``head='vit'``), ``head.fc`` (``'linear'``) or
+#: nowhere (``'none'``).
 convert_checkpoint = VIT.convert_checkpoint

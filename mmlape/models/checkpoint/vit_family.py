@@ -1,13 +1,11 @@
 """Official T2T-ViT, CeiT, ViT-Lite and CCT layouts, for the one ViT.
 
-References:
-    The official code of each (key names, layouts): yitu-opensource/T2T-ViT
-    (timm files with ``state_dict_ema``), mmpretrain's ``T2T_ViT``,
-    coeusguo/ceit and SHI-Labs/Compact-Transformers.
-
-These models are archs of :class:`~mmlape.models.backbones.LaPEViT`: their
-files are detected and renamed here (:data:`VIT_FAMILY`), then checked,
+Files are detected and renamed here (:data:`VIT_FAMILY`), then checked,
 fitted and loaded by the ViT's path (:mod:`.vit`).
+
+References:
+    yitu-opensource/T2T-ViT, mmpretrain's ``T2T_ViT``, coeusguo/ceit,
+    SHI-Labs/Compact-Transformers.
 """
 import re
 from collections import OrderedDict
@@ -130,12 +128,9 @@ def convert_vit_family(
     """An official T2T-ViT / CeiT / ViT-Lite / CCT state dict to mmlape's
     backbone keys, and its classifier.
 
-    Names change, tensors do not. T2T-ViT's stored sinusoid ``pos_embed``
-    is checked and dropped (mmlape rebuilds the fixed PE); the Compact-
-    Transformers tokenizer becomes the ``Patch`` tokenizer when its
-    convolution has a bias (ViT-Lite's layout) and the ``Conv`` tokenizer
-    otherwise (CCT's layout). LaPE PE norms (``blocks.{i}.pe_norm``,
-    ``pe_join.*``) pass through.
+    Names change, tensors do not; T2T-ViT's stored sinusoid is checked and
+    dropped; a Compact-Transformers tokenizer with a conv bias becomes
+    ``Patch`` (ViT-Lite), else ``Conv`` (CCT).
 
     Args:
         state_dict (Mapping): The official state dict (no wrapper).
@@ -217,9 +212,5 @@ class ViTFamilyLayouts(CheckpointFamily):
 VIT_FAMILY = ViTFamilyLayouts()
 
 #: A whole official checkpoint of the ViT family to an mmlape one
-#: (``tools/convert/to_mmlape.py --family vit-family``; see
-#: :meth:`~.common.CheckpointFamily.convert_checkpoint`): the classifier goes
-#: to ``head.layers.head`` (``head='vit'``, mmlape's configs), ``head.fc``
-#: (``'linear'``) or nowhere (``'none'``); ``use_ema=True`` (the default)
-#: takes the ``state_dict_ema`` of T2T-ViT's timm files.
+#: (``use_ema=True``, the default, takes T2T-ViT's ``state_dict_ema``).
 convert_vit_family_checkpoint = VIT_FAMILY.convert_checkpoint

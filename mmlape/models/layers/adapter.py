@@ -70,13 +70,10 @@ def _maybe_checkpoint(fn, enabled: bool, query: Tensor,
 class DeformAttn(MultiScaleDeformableAttention):
     """mmcv's multi-scale deformable attention with ViT-Adapter semantics.
 
-    mmcv's op returns ``dropout(out) + identity``; ViT-Adapter's returns
-    ``out``: the residual and any scaling belong to the caller. The
-    sampling runs mmcv's CUDA kernel on GPU and its PyTorch implementation
-    on CPU, always in float32 with autocast off (the kernel takes no
-    bfloat16, as the official code's ``custom_fwd(cast_inputs=float32)``
-    says); the projections around it run in the autocast dtype, and the
-    result comes back in the dtype of the value projection.
+    Returns ``out``, not mmcv's ``dropout(out) + identity``: the residual
+    belongs to the caller. The sampling runs in float32 with autocast off
+    (the kernel takes no bfloat16); the projections run in the autocast
+    dtype.
 
     Args:
         embed_dims (int): Channels.
@@ -332,12 +329,8 @@ class SpatialPriorModule(nn.Module):
 
 
 def reset_deformable_attention(module: nn.Module) -> None:
-    """Give every :class:`DeformAttn` under ``module`` its own starting
-    values: sampling-offset weights zero and biases on the per-head
-    direction grid (scaled by point index + 1, equal for every level),
-    attention weights zero, value and output projections xavier-uniform
-    with zero bias (mmcv's ``init_weights``, the same as ViT-Adapter's
-    ``MSDeformAttn._reset_parameters``)."""
+    """Give every :class:`DeformAttn` under ``module`` its starting values
+    (mmcv's ``init_weights``, as ViT-Adapter's ``_reset_parameters``)."""
     for m in module.modules():
         if isinstance(m, DeformAttn):
             m.init_weights()
@@ -346,13 +339,9 @@ def reset_deformable_attention(module: nn.Module) -> None:
 def init_adapter_weights(module: nn.Module) -> None:
     """ViT-Adapter's initialisation of its own (non-ViT) modules.
 
-    Generic first, specialised last, in the official order: a generic pass
-    over every layer (linear layers truncated normal, std 0.02, zero bias;
-    convolutions normal with std ``sqrt(2 / fan_out)``, zero bias; norms
-    ones and zeros: :func:`~.weight_init.init_generic_weights`), then
-    :func:`reset_deformable_attention`, whose values the generic pass would
-    otherwise overwrite (the linear layers of a deformable attention are
-    its children).
+    The official order: :func:`~.weight_init.init_generic_weights` over
+    every layer, then :func:`reset_deformable_attention` (last, or the
+    generic pass would overwrite its linear children).
 
     Args:
         module (nn.Module): The adapter module to initialise (spatial prior

@@ -1,25 +1,14 @@
-"""The encoder blocks of mmlape's backbones: the pre-norm ViT block and
-Swin's (shifted) window block.
+"""Encoder blocks: the pre-norm ViT block and Swin's (shifted) window
+block. A block knows no PE join: it takes the per-layer bundle
+:class:`~mmlape.models.layers.pe_plan.LayerPE` (``attn`` added to
+``norm1(x)`` only, ``bias`` added to the logits, ``qk`` applied to q and k).
 
 References:
-    ViT (Dosovitskiy et al., 2021) and DeiT (Touvron et al., 2021) for the
-    block; LaPE (Yu et al., ICCV 2023) for the position embedding added to
-    the attention input after ``norm1``; ViT-Adapter (Chen et al., 2022) for
-    layer scale and zero-padded window attention; Swin (Liu et al., 2021)
-    and its official code for the 2D relative position bias table, the
-    shifted windows and their mask (mmpretrain's ``SwinTransformer`` for
-    the zero-padding of windows); Compact-Transformers (Hassani et al.,
-    2021) for the encoder layer of ViT-Lite/CCT, whose FFN residual starts
-    from the normalised stream.
-
-The FFN is a registered part (``ffn=dict(type='MLP' | 'LeFF')``, see
-:mod:`mmlape.models.layers.ffn`).
-
-The block knows nothing about PE joins. It takes the per-layer PE bundle
-that a join decides (:class:`~mmlape.models.layers.pe_plan.LayerPE`, the
-same for every block type): ``pe.attn``, added to ``norm1(x)`` only (it
-never enters the residual stream or the MLP), and ``pe.bias``, added to the
-attention logits.
+    ViT (Dosovitskiy et al., 2021), DeiT (Touvron et al., 2021); LaPE (Yu
+    et al., ICCV 2023) for the PE added after ``norm1``; ViT-Adapter (Chen
+    et al., 2022) for layer scale and zero-padded window attention; Swin
+    (Liu et al., 2021) for the relative bias and shifted-window mask;
+    Compact-Transformers (Hassani et al., 2021) for ViT-Lite/CCT's layer.
 """
 import functools
 import math
@@ -82,12 +71,9 @@ class Attention(nn.Module):
             (``head_dims ** -0.5``).
         proj_bias (bool): Bias of the output projection (mmseg's ViT has
             none without a qkv bias). Defaults to True.
-        rope_type (str, optional): ``'rope_axial'`` or ``'rope_mixed'``:
-            this layer's frequencies of a rotary PE
-            (:meth:`rope_frequencies`, ``(2, heads, head_dims / 2)``): fixed
-            and computed from ``rope_theta`` (axial), or the parameter
-            ``rope_freqs`` (mixed; see :mod:`~mmlape.models.layers.rope`).
-            The plan rotates the queries and keys with them (``qk``).
+        rope_type (str, optional): ``'rope_axial'`` (fixed frequencies
+            from ``rope_theta``) or ``'rope_mixed'`` (learnable
+            ``rope_freqs``); the plan rotates q and k with them.
             Defaults to None.
         rope_theta (float, optional): The rotary ``theta``. Defaults to the
             type's (:data:`~mmlape.models.layers.rope.ROPE_THETAS`).
@@ -152,9 +138,8 @@ class Attention(nn.Module):
         return bias.reshape(n, n, -1).permute(2, 0, 1)
 
     def rope_frequencies(self) -> Tensor:
-        """This layer's rotary frequencies ``(2, heads, head_dims / 2)``:
-        the parameter ``rope_freqs`` (mixed), or the fixed axial ones,
-        computed (they are no state: nothing to save or count)."""
+        """This layer's rotary frequencies ``(2, heads, head_dims / 2)``;
+        the axial ones are computed, not stored."""
         if self.rope_type == 'rope_mixed':
             return self.rope_freqs
         return axial_freqs(self.head_dims, self.num_heads,
@@ -162,9 +147,8 @@ class Attention(nn.Module):
 
     def rotary_tables(self, grid_hw: Sequence[int],
                       num_extra_tokens: int) -> Tuple[Tensor, Tensor]:
-        """This layer's rotary ``cos`` and ``sin`` on the grid ``grid_hw``
-        (see :func:`~mmlape.models.layers.rope.rotary_tables`); the axial
-        ones, the same in every head, for one head (broadcast)."""
+        """This layer's rotary ``cos`` and ``sin`` on ``grid_hw`` (axial:
+        one head, broadcast)."""
         freqs = self.rope_frequencies()
         if self.rope_type == 'rope_axial':
             freqs = freqs[:, :1]
@@ -240,10 +224,8 @@ class TransformerBlock(nn.Module):
     ``x' = x + DP(g1 * MSA(norm1(x) + pe.attn, bias=pe.bias, qk=pe.qk))``,
     ``y = x' + DP(g2 * FFN(norm2(x')))``, where ``g1, g2`` are layer-scale
     vectors when enabled. With ``norm2_in_residual`` (ViT-Lite, CCT)
-    ``y = norm2(x') + DP(FFN(norm2(x')))``. A join that needs a per-layer
-    PE norm attaches it as ``pe_norm`` (the state-dict name
-    ``blocks.{i}.pe_norm`` of the LaPE code); the join, not the block,
-    decides how it is used.
+    ``y = norm2(x') + DP(FFN(norm2(x')))``. A join may attach a per-layer
+    ``pe_norm`` (state-dict name ``blocks.{i}.pe_norm``, as the LaPE code).
 
     Args:
         embed_dims (int): Channels ``C``.
@@ -417,11 +399,6 @@ def shifted_window_mask(hw: Tuple[int, int],
 class WindowAttention(nn.Module):
     """(Shifted) window self-attention with a relative position bias.
 
-    The map is zero-padded at the bottom and right to whole windows,
-    cyclically shifted by ``-shift`` (shifted blocks), split into windows,
-    attended within each window (logits plus the window's relative bias,
-    plus the shift mask), and put back.
-
     Args:
         embed_dims (int): Channels ``C``.
         num_heads (int): Heads; must divide ``C``.
@@ -516,12 +493,8 @@ class SwinBlock(nn.Module):
     """Swin block with a slot for a layer-wise PE.
 
     ``x' = x + DP(WMSA(norm1(x) + pe.attn))``,
-    ``y = x' + DP(MLP(norm2(x')))``. ``pe.attn`` (the join's, on the
-    block's grid) is added before the window padding, shift and partition,
-    so they apply to it as to the tokens; the block takes the same PE
-    bundle (:class:`~mmlape.models.layers.pe_plan.LayerPE`) as the ViT's,
-    without a logits bias (the window's relative bias is its own). A join
-    that needs a PE norm attaches it as ``pe_norm``.
+    ``y = x' + DP(MLP(norm2(x')))``. ``pe.attn`` is added before the
+    window padding and shift; no logits bias (the window has its own).
 
     Args:
         embed_dims (int): Channels.

@@ -1,24 +1,17 @@
 """The per-layer add of a PE to the attention input, where it costs least.
 
-Under autocast a LayerNorm returns float32 and the attention's projection
-casts its input to the autocast dtype. Adding a float32 PE to the float32
-``norm1(x)`` and letting the projection cast the sum reads and writes the
-``(B, N, C)`` tensor once more than the default join does. Here the add
-writes the autocast dtype directly (``torch.add(..., out=...)``, one kernel
-on a GPU), so it replaces the cast the projection would make: the same
-bytes as the default join's cast, and the same values (the float32 sum
-rounded once). Without autocast, and under ``torch.compile`` (which fuses
-the add into the norm), it is a plain add.
+Under autocast ``norm1(x)`` is float32 and the projection casts it; the
+add writes the autocast dtype directly, so it replaces that cast instead of
+adding one more pass over ``(B, N, C)``, with the same values (the float32
+sum rounded once). Without autocast, and under ``torch.compile``, it is a
+plain add.
 
-On a CUDA device PyTorch runs an add whose operand is broadcast over the
-batch, or whose output dtype differs from its inputs', in its generic
-elementwise kernel, at a third of the bandwidth of the cast it replaces
-(measured on an H200: README "The eval gap profiled"). Where Triton is
-installed the add runs in a small Triton kernel instead, one program per
-block of a sample's ``N * C`` values, with contiguous (vectorised) loads;
-its first result on each device and dtype is compared with PyTorch's, and
-on any difference or error PyTorch's add is used from then on, said once
-in the log.
+On CUDA, PyTorch's add with a broadcast operand and a cast runs in its
+generic elementwise kernel, at a third of the cast's bandwidth (README "The
+eval gap profiled"); where Triton is installed a small Triton kernel with
+contiguous loads does the add instead. Its first result per device and
+dtype is checked against PyTorch's add; on a difference or an error
+PyTorch's add is used from then on, said once in the log.
 """
 from contextlib import nullcontext
 from typing import Dict, Optional, Tuple

@@ -9,9 +9,8 @@ References:
     docs/methods.md.
 
 A join turns the raw PE into a :class:`~.pe_plan.PEPlan` (what is added
-where in one forward pass); the backbone runs the plan and knows no join.
-Its per-layer PE norms are stored on the blocks (``blocks.{l}.pe_norm``,
-the LaPE code's name), so that tools keyed on ``blocks.{l}`` see them.
+where in one pass), which the backbone runs. Per-layer PE norms live at
+``blocks.{l}.pe_norm`` (the LaPE code's name).
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
@@ -35,10 +34,9 @@ __all__ = [
 #: rotary ones (beside which it acts on the absolute PE).
 NON_ROTARY_PE_TYPES = tuple(t for t in PE_TYPES if t not in ROTARY_PE_TYPES)
 
-#: The norm of LaPE's relative-PE bias tables: the official code normalises
-#: each layer's ``(heads, N, N)`` bias over the key axis with
-#: ``nn.LayerNorm(num_patches)``, i.e. PyTorch's default eps 1e-5, whatever
-#: the backbone's norms are (DeiT's are 1e-6).
+#: The norm of LaPE's relative-PE bias tables: the official code's
+#: ``nn.LayerNorm(num_patches)`` over the key axis, eps 1e-5 whatever the
+#: backbone's norms are (DeiT's are 1e-6).
 RELATIVE_PE_NORM_CFG = dict(type='LN', eps=1e-5)
 
 
@@ -116,13 +114,9 @@ class LaPEJoin(BasePEJoin):
     stream nor the MLP input.
 
     With a relative PE, layer ``l``'s bias table goes through ``LN'_l``
-    (over the key axis) before it is added to the patch-patch logits;
-    ``LN'_l`` is then the official code's ``nn.LayerNorm(num_patches)``
-    with its eps 1e-5 (:data:`RELATIVE_PE_NORM_CFG`), not the backbone's.
-
-    On a staged backbone the stream crosses each stage boundary through the
-    backbone's ``carry`` hook just before the first layer of the new stage
-    takes it; with ``hierarchical=False`` the raw PE is carried instead.
+    (:data:`RELATIVE_PE_NORM_CFG`) before it is added to the logits. On a
+    staged backbone the stream crosses stage boundaries through the
+    backbone's ``carry`` hook (the raw PE with ``hierarchical=False``).
 
     Args:
         hierarchical (bool): Pass each layer's normalised PE on to the next
@@ -228,10 +222,8 @@ class PVGJoin(LaPEJoin):
     ``p_l = LN'_l(pos_{l-1})``, ``x'_l = x_l + MSA(LN_l(x_l) + p_l)``,
     ``pos_l = p_l`` with ``pos_0 = pos``. There is no class token.
 
-    On a staged backbone (Swin) layer 0 takes the layer-wise PE as well:
-    "due to its staged architecture ... both PVG and MPVG exceptionally
-    include layer 0" (the MPVG paper). The stream then crosses the stage
-    boundaries as LaPE's does.
+    On a staged backbone (Swin) layer 0 takes the layer-wise PE as well,
+    as the MPVG paper does; the stream crosses stages as LaPE's.
 
     Args:
         hierarchical (bool): As for LaPE. Defaults to True.
@@ -259,10 +251,8 @@ class MPVGJoin(PVGJoin):
     ``src`` is carried to the last stage (the final norm's grid and width)
     through the backbone's hook.
 
-    With GAP the final term adds ``mean_tokens(LN'_last(src))``, a vector
-    that does not depend on the image: the plan carries it as
-    ``final_mean`` so a pooled output adds a ``(1, C)`` vector instead of a
-    ``(B, N, C)`` tensor (the same result).
+    With GAP the final term is the image-independent
+    ``mean_tokens(LN'_last(src))``, carried as ``final_mean``.
 
     Args:
         last_pe_source (str | int): ``'pos_0'``, or the index ``k`` of a PE
@@ -314,14 +304,8 @@ def pe_join_names() -> List[str]:
 
 
 def pe_join_classes(with_configs: bool = False) -> Dict[str, Type[BasePEJoin]]:
-    """Registered joins by name, in registration order.
-
-    The order is that of the tools' tables: ``Default``, ``Share``,
-    ``Unshare``, ``LaPE``, ``PVG``, ``MPVG``, then any join registered
-    later. Tools enumerate joins here and read what they need from the
-    class attributes (:attr:`BasePEJoin.allows_cls_token`,
-    :attr:`~BasePEJoin.baseline`, :attr:`~BasePEJoin.config_suffix`,
-    :meth:`~BasePEJoin.fits`), so a new join needs no tool edited.
+    """Registered joins by name, in registration order (the tools' tables
+    read what they need from the class attributes).
 
     Args:
         with_configs (bool): Only the joins that have configs
@@ -344,11 +328,8 @@ def pe_join_classes(with_configs: bool = False) -> Dict[str, Type[BasePEJoin]]:
 def resolve_pe_join(cfg: PartCfg) -> Tuple[Type[BasePEJoin], Dict]:
     """The join class a ``pe_join`` config names, and its options.
 
-    ``cfg`` is ``dict(type=..., **options)``, a type name (any case:
-    ``'lape'`` is ``'LaPE'``), a join class, or None for ``Default``. The
-    class says what the backbone must provide
-    (:attr:`~BasePEJoin.allows_cls_token`, :attr:`~BasePEJoin.needs_pe`,
-    :attr:`~BasePEJoin.pe_types`, ...).
+    ``cfg`` is ``dict(type=..., **options)``, a type name (any case), a
+    join class, or None for ``Default``.
 
     Raises:
         ValueError: Unknown type or option, or an option the backbone sets;

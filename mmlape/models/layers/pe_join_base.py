@@ -29,12 +29,8 @@ def join_option_error(join: str, option: str, value: Any, allowed: str) -> str:
 
 
 class BasePEJoin(nn.Module):
-    """Base class of the joins.
-
-    A subclass sets the class attributes, overrides :meth:`plan` and, if it
-    needs per-layer PE norms, :meth:`build_layer_norm`. The backbone passes
-    the context arguments; the config passes only ``type`` and the join's
-    own options.
+    """Base class of the joins. The backbone passes these context
+    arguments; a config passes only ``type`` and the join's own options.
 
     Args:
         num_layers (int): Encoder layers ``L``.
@@ -69,14 +65,11 @@ class BasePEJoin(nn.Module):
     #: Whether the plan adds a PE after the backbone's final norm (the
     #: backbone must have one: ViT-Adapter needs ``final_norm=True``).
     adds_pe_at_final_norm: bool = False
-    #: Whether the join is a baseline the methods are measured against
-    #: (the default join, the LaPE paper's Share/Unshare). The benchmarks
-    #: hold every other join to the cost targets against ``Default``.
+    #: Whether the join is a baseline (Default, Share, Unshare); the
+    #: benchmarks hold the others to cost targets against ``Default``.
     baseline: bool = False
-    #: Suffix of the join's config names (``deit-tiny{suffix}_4xb256_in1k``;
-    #: ``''`` for the default join), or None when the join has no configs
-    #: (an ablation). The joins with configs are those the papers compare;
-    #: the tools (model index, dense benchmarks) enumerate them.
+    #: Suffix of the join's config names (``deit-tiny{suffix}_...``; ``''``
+    #: for the default join), or None for a join without configs.
     config_suffix: Optional[str] = None
 
     def __init__(self,

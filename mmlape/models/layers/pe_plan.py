@@ -92,13 +92,10 @@ class PEPlan:
 class PEPlanCache:
     """Eval-mode cache of PE plans, one per input grid.
 
-    A plan depends on the PE weights and the patch grid only. The cache
-    keeps the ``size`` most recently used grids and rebuilds a plan when a
-    weight it depends on has changed: an in-place update bumps the tensor's
-    version, and a replaced tensor has other storage (an entry keeps the
-    storages it was built from alive, so no new tensor can take their
-    address). It never needs clearing for correctness, so switching
-    between train and eval mode keeps the plans of unchanged weights.
+    Keeps the ``size`` most recently used grids and rebuilds a plan when a
+    weight it depends on changed (an in-place update bumps the version; a
+    replaced tensor has other storage, kept alive by the entry so no new
+    tensor can take its address).
 
     Args:
         size (int): Grids kept. Defaults to 8.

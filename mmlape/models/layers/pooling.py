@@ -1,14 +1,12 @@
 """Poolings: how the tokens of the last layer become one vector.
 
-References:
-    ``ClsToken``: ViT/DeiT. ``GAP``: as PVG/MPVG (AAAI 2025). ``SeqPool``:
-    CCT (Compact-Transformers), ``softmax_N(g(x))^T x``. ``LCA``: CeiT's
-    Layer-wise Class-token Attention (Wu et al., ICCV 2021;
-    coeusguo/ceit); with ``layer_token='gap'`` over each layer's GAP token,
-    the CeiT-Ti PVG/MPVG of the MPVG paper (docs/recipes.md, "CeiT-Ti").
+A pooling's class attributes tell the backbone what it needs (e.g. a class
+token, refused to a join without one).
 
-A pooling's class attributes tell the backbone what it needs, so that a
-join without a class token is refused where the pooling needs one.
+References:
+    ``ClsToken``: ViT/DeiT. ``GAP``: PVG/MPVG (AAAI 2025). ``SeqPool``:
+    CCT. ``LCA``: CeiT's Layer-wise Class-token Attention (Wu et al., ICCV
+    2021).
 """
 from typing import Dict, Optional
 
@@ -30,10 +28,9 @@ class BasePooling(nn.Module):
     Attributes:
         needs_cls_token (bool): Works only with a class token (a pooling
             whose options decide it overrides :meth:`cls_token_needed`).
-        layer_cls_tokens (bool): Pools one token of every layer (before any
-            norm; :meth:`layer_token` picks it, the class token unless the
-            pooling says otherwise) instead of the last layer's tokens; the
-            final norm then applies to its output.
+        layer_cls_tokens (bool): Pools one token of every layer
+            (:meth:`layer_token`, before any norm); the final norm then
+            applies to its output.
         last_layer_only (bool): Only meaningful on the last layer (learned
             from the final features), so ``out_indices`` must be ``-1``.
         gap (bool): Global average of the patch tokens: an MPVG final term
@@ -97,9 +94,8 @@ class GAPPool(BasePooling):
 
 @POOLINGS.register_module(name='SeqPool')
 class SeqPool(BasePooling):
-    """CCT's sequence pooling: ``softmax_N(attention_pool(x))^T x``.
-
-    All tokens take part (CCT has no class token).
+    """CCT's sequence pooling over all tokens:
+    ``softmax_N(attention_pool(x))^T x``.
 
     Args:
         embed_dims (int): Channels ``C``.
@@ -163,14 +159,10 @@ class LCAPool(BasePooling):
         z = t_L + proj(attention(q = norm1(t)_L, k = v = norm1(t)))
         out = z + mlp(norm2(z))
 
-    The backbone's final norm then applies to ``out`` (and MPVG's last PE
-    term, as the token mean ``mean(LN'_last(pos_0))`` that GAP would add).
-
-    ``c_l`` is layer ``l``'s class token (CeiT, ``layer_token='cls'``) or
-    the mean of its patch tokens (``layer_token='gap'``): the CeiT-Ti
-    PVG/MPVG of the MPVG paper, which have no class token and keep LCA
-    (its Table 1 counts 6.361M parameters for both; only this reading
-    gives that count, docs/recipes.md, "CeiT-Ti").
+    The backbone's final norm (and MPVG's token-mean term) then applies.
+    ``c_l`` is layer ``l``'s class token (``'cls'``) or its mean patch
+    token (``'gap'``: the MPVG paper's CeiT-Ti PVG/MPVG; the reading that
+    gives its Table 1 count, docs/recipes.md, "CeiT-Ti").
 
     Args:
         embed_dims (int): Channels ``C``.

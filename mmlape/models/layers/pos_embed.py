@@ -1,14 +1,10 @@
 """Absolute position embeddings: builders and the one resize.
 
 References:
-    Vaswani et al., 2017 (1D sinusoidal PE); the LaPE paper and code
-    (Yu et al., ICCV 2023) for the PE types it studies (learnable, 1D and 2D
-    sin-cos with a zero class-token position); DeiT (Touvron et al., 2021)
-    for truncated-normal initialisation; Heo et al., "Rotary Position
-    Embedding for Vision Transformer", ECCV 2024, for the rotary types
-    (built in :mod:`.rope`); timm's ``resample_abs_pos_embed`` for the
-    antialiased resize. The PE types and the resizing order:
-    docs/methods.md ("PE types and resizing").
+    Vaswani et al., 2017 (1D sin-cos); the LaPE paper and code (the PE
+    types, a zero class-token position); RoPE-ViT (Heo et al., ECCV 2024)
+    for the rotary types (:mod:`.rope`). The PE types and the resizing
+    order: docs/methods.md ("PE types and resizing").
 """
 from typing import Dict, Literal, Optional, Sequence, Tuple, get_args
 
@@ -23,14 +19,13 @@ __all__ = [
     'resize_pos_embed'
 ]
 
-#: Position-embedding types a backbone accepts (``pe_type=...``): the one
-#: place they are written; everything else derives from it.
+#: Position-embedding types a backbone accepts (``pe_type=...``), written
+#: only here.
 PEType = Literal['learnable', 'sincos1d', 'sincos2d', 'relative', 'rope_axial',
                  'rope_mixed']
 PE_TYPES: Tuple[str, ...] = get_args(PEType)
-#: The rotary types (``rope_*``): no tensor added anywhere, the queries and
-#: keys of every layer rotated by the patch's 2D position (:mod:`.rope`).
-#: A rotary type may have an absolute PE beside it (``ape_type``).
+#: The rotary types (:mod:`.rope`); an absolute PE may sit beside one
+#: (``ape_type``).
 ROTARY_PE_TYPES: Tuple[str, ...] = tuple(
     t for t in PE_TYPES if t.startswith('rope_'))
 #: The types that are a PE tensor added to tokens (all but ``relative``,
@@ -48,10 +43,8 @@ def check_pe_setting(pe_type: str,
     """Refuse a backbone's PE arguments that do not go together.
 
     Raises:
-        ValueError: An unknown ``pe_type``; an ``ape_type`` that is not an
-            absolute type or is not beside a rotary ``pe_type``; a
-            ``rope_theta`` without a rotary ``pe_type`` (each message names
-            the option, its value and what is allowed).
+        ValueError: An unknown ``pe_type``, or an ``ape_type`` or
+            ``rope_theta`` without a rotary ``pe_type``.
     """
     if pe_type not in PE_TYPES:
         raise ValueError(f'Unknown pe_type={pe_type!r}; choose one of '
@@ -74,9 +67,8 @@ def check_pe_setting(pe_type: str,
 
 
 def pe_settings() -> Tuple[str, ...]:
-    """Every PE setting a ViT takes, by name: each ``pe_type``, then each
-    rotary type with each absolute PE beside it
-    (``'rope_mixed+learnable'``, see :func:`pe_setting_name`).
+    """Every PE setting a ViT takes: each ``pe_type``, then each rotary
+    type with an absolute PE beside it (``'rope_mixed+learnable'``).
 
     Example:
         >>> 'rope_axial+sincos2d' in pe_settings()
@@ -109,9 +101,8 @@ def parse_pe_setting(name: str) -> Dict[str, Optional[str]]:
 
 
 def join_pe_type(name: str) -> str:
-    """The PE type the joins of a setting act on (what
-    :meth:`~mmlape.models.layers.BasePEJoin.fits` takes): the absolute one
-    beside a rotary PE, else the setting's ``pe_type``.
+    """The PE type a setting's joins act on: the absolute one beside a
+    rotary PE, else ``pe_type``.
 
     Example:
         >>> join_pe_type('rope_mixed+learnable'), join_pe_type('rope_mixed')
@@ -214,15 +205,11 @@ def resize_pos_embed(pos_embed: Tensor,
                      antialias: bool = False) -> Tensor:
     """Resize an absolute PE from one patch grid to another.
 
-    The arguments and defaults are those of mmpretrain's
-    ``resize_pos_embed`` (``src_shape, dst_shape, mode, num_extra_tokens``).
-    The extra (class-token) rows are kept as they are; the patch rows are
-    interpolated as an image (``align_corners=False``, in float32 because
-    bicubic needs it). This is the only place mmlape resizes a PE: it is
-    applied to the RAW PE, before any per-layer PE norm. ``antialias``
-    resizes as timm's ``resample_abs_pos_embed`` does (PyTorch's
-    antialiased kernels, which low-pass filter when a side shrinks and use
-    the bicubic kernel of ``a = -0.5`` rather than ``-0.75``).
+    Takes mmpretrain's ``resize_pos_embed`` arguments. Extra rows are
+    kept; patch rows are interpolated as an image (``align_corners=False``,
+    float32). mmlape's only PE resize, applied to the RAW PE before any PE
+    norm. ``antialias`` resizes as timm's ``resample_abs_pos_embed``
+    (low-pass when shrinking; bicubic ``a = -0.5``, not ``-0.75``).
 
     Args:
         pos_embed (Tensor): Shape ``(B, extra + Hs*Ws, C)``; ``B`` is 1, or
@@ -265,7 +252,6 @@ def resize_pos_embed(pos_embed: Tensor,
     extra = pos_embed[:, :num_extra_tokens]
     grid = pos_embed[:, num_extra_tokens:].reshape(b, *src_shape, c)
     grid = grid.permute(0, 3, 1, 2).float()
-    # align_corners applies to the interpolating modes only.
     align = False if mode in ('bilinear', 'bicubic') else None
     grid = F.interpolate(
         grid,

@@ -1,33 +1,22 @@
 """Rotary position embeddings for the ViT: RoPE-Axial and RoPE-Mixed.
 
+Channel pair ``j`` of a head's query and key at column ``x``, row ``y`` is
+rotated by ``x * fx[j] + y * fy[j]`` (interleaved pairs; the class token is
+not rotated), so a logit depends on the patches' offset only. One layer's
+frequencies are ``(2, heads, head_dims / 2)``, with ``m = head_dims / 4``:
+
+- ``rope_axial``: fixed, the first ``m`` pairs turn with the column at
+  ``theta^(-j / m)`` (``theta = 100``), the others with the row.
+- ``rope_mixed``: learnable per layer and head (``blocks.{l}.attn.
+  rope_freqs``), starting at magnitudes ``theta^(-j / m)`` (``theta = 10``)
+  along a random angle ``a`` per head (``a + pi / 2`` for the second half).
+
+Another grid gives other positions, no resize. Angles are float32.
+
 References:
     Heo et al., "Rotary Position Embedding for Vision Transformer", ECCV
-    2024 (the RoPE-ViT paper: both types, their frequencies and their
-    initialisation); timm (>= 1.0.17) ``RotaryEmbeddingCat`` and
-    ``RotaryEmbeddingMixed`` and the RoPE-ViT models of its ``eva.py``, read
-    for the layout: interleaved channel pairs, ``x`` the column and ``y``
-    the row index of a patch, the class token left unrotated, the
-    frequencies kept out of weight decay.
-
-A rotary PE adds nothing to the tokens. In every layer the queries and
-keys of each head are split into ``head_dims / 2`` channel pairs, and pair
-``j`` of the patch in column ``x`` and row ``y`` is rotated by the angle
-``x * fx[j] + y * fy[j]``, so that the logit of two patches depends on
-their offset only. The frequencies ``(fx, fy)`` of one layer are a
-``(2, heads, head_dims / 2)`` tensor (``Attention.rope_frequencies``):
-
-- ``rope_axial``: fixed and the same in every layer and head: the first
-  ``head_dims / 4`` pairs turn with the column, ``fx[j] = theta^(-j / m)``
-  (``m = head_dims / 4``, ``theta = 100``), the others with the row
-  (``fy[m + j] = theta^(-j / m)``); computed, not stored.
-- ``rope_mixed``: learnable per layer and head
-  (``blocks.{l}.attn.rope_freqs``), each head's pairs starting
-  as the magnitudes ``theta^(-j / m)`` (``theta = 10``) along a direction of
-  random angle ``a`` (and ``a + pi / 2`` for the second half of the pairs):
-  ``(fx, fy) = |f| (cos a, sin a)``.
-
-The frequencies do not depend on the input size: another grid only gives
-other positions (no resize). The angles are computed in float32.
+    2024; timm's ``RotaryEmbeddingCat``/``RotaryEmbeddingMixed`` for the
+    layout.
 """
 import math
 from typing import Optional, Sequence, Tuple
@@ -43,8 +32,7 @@ __all__ = [
     'rotary_qk'
 ]
 
-#: The ``theta`` of each rotary type (the paper's and timm's: 100 for the
-#: axial frequencies, 10 for the mixed ones).
+#: The ``theta`` of each rotary type (the paper's).
 ROPE_THETAS = {'rope_axial': 100., 'rope_mixed': 10.}
 
 

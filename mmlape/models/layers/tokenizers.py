@@ -1,15 +1,12 @@
 """Tokenizers: how an image becomes the token grid of the ViT.
 
-References:
-    ``Patch``: ViT/DeiT, and ViT-Lite (Compact-Transformers, Hassani et al.,
-    2021: a 4x4 patch convolution, Kaiming-normal). ``T2T``: Yuan et al.,
-    ICCV 2021 and yitu-opensource/T2T-ViT (soft splits 7x7/4, 3x3/2, 3x3/2
-    with Performer or Transformer token layers between them). ``I2T``:
-    CeiT (Wu et al., ICCV 2021; coeusguo/ceit). ``Conv``: CCT's
-    convolutional tokenizer.
-
 Every tokenizer maps ``(B, 3, H, W)`` to ``(tokens (B, N, C), (h, w))`` and
 gives its output grid for an input size (``out_grid``), the PE grid.
+
+References:
+    ``Patch``: ViT/DeiT and ViT-Lite (Hassani et al., 2021). ``T2T``: Yuan
+    et al., ICCV 2021 (yitu-opensource/T2T-ViT). ``I2T``: CeiT (Wu et al.,
+    ICCV 2021). ``Conv``: CCT (Hassani et al., 2021).
 """
 import math
 from typing import Dict, Literal, Optional, Sequence, Tuple, Union
@@ -32,10 +29,9 @@ Grid = Tuple[int, int]
 
 
 def tokens_to_map(x: Tensor, hw: Sequence[int]) -> Tensor:
-    """Patch tokens ``(B, H*W, C)`` as a contiguous ``(B, C, H, W)`` map,
-    as the hosts' backbones return it (the plain view is channels-last,
-    which mmcv's CPU ``RoIAlign`` misreads and which gives batch norm wrong
-    input gradients for a batch of one)."""
+    """Patch tokens ``(B, H*W, C)`` as a contiguous ``(B, C, H, W)`` map
+    (the channels-last view is misread by mmcv's CPU ``RoIAlign`` and
+    gives batch norm wrong gradients for a batch of one)."""
     return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], *hw).contiguous()
 
 
@@ -66,12 +62,10 @@ class PatchEmbed(nn.Module):
             to ``'default'``.
         stride (int, optional): Stride of the projection. Defaults to
             ``patch_size``.
-        padding (str | int, optional): ``'corner'`` pads the image with
-            zeros at the bottom and right until the kernels cover it,
-            ``'same'`` pads around it (mmcv's ``AdaptivePadding``), an int
-            pads the convolution, None refuses an image that is not a whole
-            number of patches. Defaults to ``'corner'`` (mmpretrain's and
-            mmseg's ViT).
+        padding (str | int, optional): ``'corner'`` zero-pads bottom and
+            right until the kernels cover the image, ``'same'`` pads around
+            it (mmcv's ``AdaptivePadding``), an int pads the convolution,
+            None refuses partial patches. Defaults to ``'corner'``.
         dilation (int): Dilation of the projection. Defaults to 1.
         norm_cfg (dict, optional): A norm of the tokens (``norm``; mmseg's
             ``patch_norm``). Defaults to None.
@@ -210,8 +204,6 @@ class PerformerTokenLayer(nn.Module):
         y = v + proj(phi(q) (phi(k)^T v) / (phi(q) sum_t phi(k_t) + 1e-8))
         out = y + mlp(norm2(y))
 
-    ``v`` replaces the input as the shortcut because the width changes.
-
     Args:
         in_dims (int): Input width (e.g. ``3 * 7 * 7``).
         dims (int): Output width (T2T's ``token_dim``).
@@ -328,11 +320,10 @@ class T2TTokenizer(nn.Module):
             ``'transformer'`` (T2T-ViT_t). Defaults to ``'performer'``.
         kernel_ratio (float): Performer features per dim. Defaults to 0.5.
         drop_rate (float, optional): Dropout inside the token layers.
-            Defaults to None: 0.1 for the Performer, 0 for the Transformer,
-            as the official code fixes them.
+            Defaults to None (the official 0.1 Performer, 0 Transformer).
         qk_scale (float, optional): Scale of the Transformer token layers.
-            Defaults to None (``in_dims ** -0.5``, the official code;
-            mmpretrain's ``T2T_ViT`` uses ``token_dims ** -0.5``).
+            Defaults to None (the official ``in_dims ** -0.5``, not
+            mmpretrain's ``token_dims ** -0.5``).
         norm_cfg (dict): Norms of the token layers. Defaults to LN, eps
             1e-5.
 
@@ -393,7 +384,6 @@ class T2TTokenizer(nn.Module):
         hw = tuple(x.shape[-2:])
         for i, (k, s, p) in enumerate(self.SPLITS):
             if i:
-                # re-structurise the tokens to their grid
                 x = x.transpose(1, 2).reshape(x.shape[0], -1, *hw)
             x = F.unfold(x, k, padding=p, stride=s).transpose(1, 2)
             hw = tuple(conv_out(n, k, s, p) for n in hw)
