@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 HERE = osp.dirname(osp.abspath(__file__))
 ROOT = osp.dirname(HERE)
@@ -633,21 +633,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         description=__doc__.split('\n\n')[0],
         formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    def families(text: str) -> List[str]:
-        names = [n.strip() for n in text.split(',') if n.strip()]
-        for name in names:
-            if name not in FAMILIES:
-                raise argparse.ArgumentTypeError(
-                    f'{name!r} is not one of {list(FAMILIES)}')
-        return names
+    def names_of(allowed) -> Callable[[str], List[str]]:
+        """A comma-separated list of names, each one of ``allowed``."""
 
-    def parts(text: str) -> List[str]:
-        names = [n.strip() for n in text.split(',') if n.strip()]
-        for name in names:
-            if name not in PARTS:
-                raise argparse.ArgumentTypeError(
-                    f'{name!r} is not one of {list(PARTS)}')
-        return names
+        def parse(text: str) -> List[str]:
+            names = [n.strip() for n in text.split(',') if n.strip()]
+            for name in names:
+                if name not in allowed:
+                    raise argparse.ArgumentTypeError(
+                        f'{name!r} is not one of {list(allowed)}')
+            return names
+
+        return parse
+
+    families, parts = names_of(FAMILIES), names_of(PARTS)
 
     parser.add_argument(
         '--families',

@@ -60,15 +60,38 @@ def _triton_fits(h: Tensor, pe: Tensor, dtype: torch.dtype) -> bool:
             and dtype in (torch.bfloat16, torch.float16) and h.dim() >= 2
             and pe.shape == (1, ) + h.shape[1:] and h.is_contiguous()
             and pe.is_contiguous() and 0 < h.shape[0] < 65536
-            and h[0].numel() > 0)
+            and h.numel() > 0)
 
 
 def _launch(h: Tensor, pe: Tensor, out: Tensor) -> Tensor:
     cdiv, kernel = _triton_kernel()
-    per_sample = h[0].numel()
+    per_sample = pe.numel()
     grid = (cdiv(per_sample, _BLOCK), h.shape[0])
     with (torch.cuda.device(h.device) if h.is_cuda else nullcontext()):
         kernel[grid](h, pe, out, per_sample, BLOCK=_BLOCK)
+    return out
+
+
+def _first_launch(h: Tensor, pe: Tensor, out: Tensor, key) -> Tensor:
+    """The first add on a device and dtype: the Triton kernel's result is
+    compared with PyTorch's add, which is kept on any difference."""
+    if _triton_kernel() is False:
+        _TRITON_CHECKED[key] = False
+        return torch.add(h, pe, out=out)
+    want = torch.add(h, pe, out=torch.empty_like(out))
+    try:
+        got = _launch(h, pe, out)
+        ok = bool(((got == want) | (got.isnan() & want.isnan())).all())
+        why = 'its result differs from PyTorch\'s add'
+    except Exception as exc:  # a compiler or driver this Triton cannot use
+        ok, why = False, f'{type(exc).__name__}: {exc}'.splitlines()[0]
+    _TRITON_CHECKED[key] = ok
+    if not ok:
+        print_log(
+            f'the per-layer PE add uses PyTorch\'s kernel on {h.device} '
+            f'({out.dtype}): the Triton kernel is not used, {why}',
+            logger='current')
+        return want
     return out
 
 
@@ -90,30 +113,13 @@ def add_to_dtype(h: Tensor, pe: Tensor, dtype: torch.dtype) -> Tensor:
         True
     """
     out = torch.empty_like(h, dtype=dtype)
-    if not _triton_fits(h, pe, dtype):
-        return torch.add(h, pe, out=out)
     key = (h.device.index, dtype)
     ok = _TRITON_CHECKED.get(key)
-    if ok is False or _triton_kernel() is False:
+    if ok is False or not _triton_fits(h, pe, dtype):
         return torch.add(h, pe, out=out)
     if ok:
         return _launch(h, pe, out)
-    # the first call on this device and dtype: compare with PyTorch's add
-    want = torch.add(h, pe, out=torch.empty_like(out))
-    try:
-        got = _launch(h, pe, out)
-        ok = bool(((got == want) | (got.isnan() & want.isnan())).all())
-        why = 'its result differs from PyTorch\'s add'
-    except Exception as exc:  # a compiler or driver this Triton cannot use
-        ok, why = False, f'{type(exc).__name__}: {exc}'.splitlines()[0]
-    _TRITON_CHECKED[key] = ok
-    if not ok:
-        print_log(
-            f'the per-layer PE add uses PyTorch\'s kernel on {h.device} '
-            f'({dtype}): the Triton kernel is not used, {why}',
-            logger='current')
-        return want
-    return out
+    return _first_launch(h, pe, out, key)
 
 
 class _AddToDtype(torch.autograd.Function):
