@@ -1,5 +1,6 @@
 """``dist``: ``tools/dist_train.sh CONFIG 1 --amp`` for one config of each
-family (DeiT, Mask R-CNN, UperNet, Segmenter; the LaPE variants) for about
+family (DeiT, Mask R-CNN, UperNet, Segmenter; the LaPE variants; DeiT once
+more under mmengine's FlexibleRunner with DDPStrategy) for about
 50 iterations on generated data (the dense-chain tests' formats and small
 models with ``--tiny``), then ``tools/dist_test.sh`` on its checkpoint: does
 it finish, does the loss fall."""
@@ -31,6 +32,15 @@ DIST_FAMILIES = {
         config='configs/deit/deit-tiny{}_4xb256_in1k.py',
         data='imagenet',
         metric='accuracy/top1'),
+    # the same run under mmengine's FlexibleRunner with DDPStrategy (nccl
+    # on a GPU, gloo on the CPU)
+    'deit-flexible':
+    dict(
+        config='configs/deit/deit-tiny{}_4xb256_in1k.py',
+        data='imagenet',
+        metric='accuracy/top1',
+        runner=dict(
+            runner_type='FlexibleRunner', strategy=dict(type='DDPStrategy'))),
     'mask-rcnn':
     dict(
         config='configs/' + CONFIGS['mask-rcnn'],
@@ -66,7 +76,7 @@ def dist_overrides(family: str,
             begin=0,
             end=max(1, iters // 5))
     ]
-    if family == 'deit':
+    if DIST_FAMILIES[family]['data'] == 'imagenet':
         batch = 8 if tiny else 64
         loader = dict(
             batch_size=batch, **workers, dataset=dict(data_root=data_root))
@@ -83,6 +93,7 @@ def dist_overrides(family: str,
             over['model'] = dict(
                 backbone=dict(arch=dict(TINY_ARCH, _delete_=True)),
                 head=dict(in_channels=64))
+        over.update(DIST_FAMILIES[family].get('runner', {}))
         return over
     crop = 64 if tiny else 256
     if family == 'mask-rcnn':

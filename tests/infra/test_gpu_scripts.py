@@ -441,3 +441,15 @@ def test_bench_tiny_cpu_prints_every_section(tmp_path, capsys):
         assert len(json.load(f)['rows']) == len(rows)
     assert bench_gpu.main(['--merge', rows_json]) == 0
     assert parse_table(capsys.readouterr().out)[1] == rows
+
+
+def test_dist_flexible_family_is_deit_under_ddp_strategy():
+    from gpu.dist import dist_config, dist_overrides
+    flex = dist_overrides('deit-flexible', '/data', True, 2)
+    plain = dist_overrides('deit', '/data', True, 2)
+    assert flex['runner_type'] == 'FlexibleRunner'
+    assert flex['strategy'] == dict(type='DDPStrategy')
+    assert 'runner_type' not in plain and 'strategy' not in plain
+    assert {k: v for k, v in flex.items()
+            if k not in ('runner_type', 'strategy')} == plain
+    assert dist_config('deit-flexible') == dist_config('deit')
