@@ -276,12 +276,15 @@ def train_command(config: str,
 
 def load_run_config(path: str):
     """The run's config as ``tools/train.py`` prepares it for its
-    pipelines (mmlape's checked image loading), scope initialised."""
+    pipelines (mmlape's checked image loading), scope initialised, the
+    host libraries adjusted as the tools do (mmpretrain's models import
+    beside transformers 5)."""
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
 
-    import mmlape  # noqa: F401
+    import mmlape.hosts
     from mmlape.apis import register_scope_modules
+    mmlape.hosts.apply()
     from mmlape.datasets.checks import use_checked_image_loading
     cfg = Config.fromfile(path)
     init_default_scope(register_scope_modules(cfg))

@@ -6,9 +6,11 @@ transformers of a given version: its top level hands out any class name
 names that mmpretrain's multimodal models import, as transformers 5 lacks
 some of them."""
 import os
+import subprocess
+import sys
 
 import pytest
-from conftest import run_python
+from conftest import ROOT, run_python
 
 BUILD_VIT = ('from mmpretrain.registry import MODELS; '
              "m = MODELS.build(dict(type='VisionTransformer', "
@@ -98,3 +100,29 @@ def test_transformers4_is_left_alone(tmp_path):
     assert 'needs False False' in out and 'flag True' in out, out[-2000:]
     # and in this process (no transformers installed): nothing to do
     assert host_compat.keep_mmpretrain_importable() is False
+
+
+def test_train_path_bench_builds_models_beside_transformers5(
+        transformers5, tmp_path):
+    """A benchmark that builds the config's model in its own process
+    adjusts the hosts as the tools do (it failed on a GPU machine with
+    transformers 5: ``NoneType takes no arguments``)."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [transformers5] +
+            [p for p in [os.environ.get('PYTHONPATH')] if p]))
+    out = subprocess.run([
+        sys.executable,
+        os.path.join(ROOT, 'benchmarks', 'bench_train_path.py'), '--tiny',
+        '--threads', '1', '--families', 'deit', '--parts', 'model',
+        '--work-root',
+        str(tmp_path)
+    ],
+                         env=env,
+                         capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert 'failed' not in out.stdout, out.stdout + out.stderr[-2000:]
+    row = [r for r in out.stdout.splitlines() if r.startswith('| deit')]
+    assert len(row) == 1 and row[0].split('|')[5].strip() != '-', out.stdout
