@@ -211,11 +211,51 @@ def model_rows(args, device, dtype) -> List[Dict]:
     return rows
 
 
+def host_rows(args, device, dtype) -> List[Dict]:
+    """Host time per call of each add on a one-sample tensor, timed on the
+    CPU's clock (the device keeps up, so the time is what a launch costs
+    the host): what a step bound by its launches pays per layer."""
+    from mmlape.models.layers import pe_add
+    B, N, C = (1, 5, 8) if args.tiny else (1, 197, 192)
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(B, N, C, generator=g).to(device)
+    pe = torch.randn(1, N, C, generator=g).to(device)
+    out = torch.empty_like(h, dtype=dtype)
+    ways = {
+        'cast': lambda: h.to(dtype),
+        'torch.add to dtype': lambda: torch.add(h, pe, out=out),
+        'mmlape add_to_dtype': lambda: pe_add.add_to_dtype(h, pe, dtype),
+    }
+    if device.type == 'cuda' and pe_add._triton_kernel() is not False:
+        cdiv, kernel = pe_add._triton_kernel()
+        grid = (cdiv(pe.numel(), pe_add._BLOCK), B)
+        ways['Triton kernel, launched by mmlape'] = lambda: pe_add._launch(
+            h, pe, out)
+        ways['Triton kernel[grid] alone'] = lambda: kernel[grid](
+            h, pe, out, pe.numel(), BLOCK=pe_add._BLOCK)
+    rows = []
+    reps = 5 if args.tiny else 200
+    for label, f in ways.items():
+        f()
+        if device.type == 'cuda':
+            torch.cuda.synchronize()
+        best = float('inf')
+        for _ in range(max(3, args.rounds)):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                f()
+            best = min(best, (time.perf_counter() - t0) / reps)
+            if device.type == 'cuda':
+                torch.cuda.synchronize()
+        rows.append(dict(path=label, host_us=best * 1e6))
+    return rows
+
+
 def run(args) -> Dict:
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     rows = []
-    for name in args.shapes:
+    for name in ([] if args.no_kernels else args.shapes):
         B, N, C = SHAPES[name]
         if args.tiny:
             B, N, C = 2, 5, 8
@@ -264,6 +304,7 @@ def run(args) -> Dict:
         torch=torch.__version__,
         dtype=args.dtype,
         rows=rows,
+        host=host_rows(args, device, dtype) if args.host else [],
         models=model_rows(args, device, dtype) if args.models else [])
 
 
@@ -284,6 +325,9 @@ def table(report: Dict) -> str:
             f"{r['x_cast']:.3f} | {r['norm_plus_us']:.1f} | "
             f"{r['norm_plus_x']:.3f} | {exact} | "
             f"{'; '.join(r['kernels'])} |")
+    if report.get('host'):
+        lines += ['', '| one sample (host time per call) | us |', '|---|---|']
+        lines += [f"| {r['path']} | {r['host_us']:.1f} |" for r in report['host']]
     if report['models']:
         lines += [
             '', '| model | variant | eval ms | img/s | x default |',
@@ -316,6 +360,14 @@ def parse_args(argv=None):
         '--models',
         action='store_true',
         help="whole eval steps of timm's ViT (needs timm)")
+    parser.add_argument(
+        '--host',
+        action='store_true',
+        help='host time per call of each add (needs mmlape)')
+    parser.add_argument(
+        '--no-kernels',
+        action='store_true',
+        help='leave out the per-kernel rows (with --host or --models)')
     parser.add_argument('--out', help='folder for the .json and .md')
     return parser.parse_args(argv)
 

@@ -36,7 +36,19 @@ def test_kernel_adds_the_pe_to_every_sample(interpreted, shape):
     assert ulps.abs().max() <= 1 and (out.sign() == want.sign()).all()
 
 
-def test_which_tensors_the_kernel_takes():
+def test_the_kernel_is_for_large_tensors_only():
+    """Below the threshold the launch costs more than the kernel saves."""
+    big = pe_add._TRITON_MIN_NUMEL
+    assert big >= 10_000_000  # DeiT-Ti b256's 9.7M values stay in PyTorch
+    assert pe_add._worth_triton(torch.empty(big, device='meta'))
+    assert not pe_add._worth_triton(torch.empty(big - 1, device='meta'))
+    h = torch.empty(128, 197, 768, device='meta')  # DeiT-B b128
+    assert pe_add._worth_triton(h)
+    assert not pe_add._worth_triton(torch.empty(256, 197, 192, device='meta'))
+
+
+def test_which_tensors_the_kernel_takes(monkeypatch):
+    monkeypatch.setattr(pe_add, '_TRITON_MIN_NUMEL', 1)
     h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
     fits = pe_add._triton_fits
     assert not fits(h, pe, torch.bfloat16)  # a CPU tensor

@@ -9,7 +9,8 @@ plain add.
 On CUDA, PyTorch's add with a broadcast operand and a cast runs in its
 generic elementwise kernel, at a third of the cast's bandwidth (README "The
 eval gap profiled"); where Triton is installed a small Triton kernel with
-contiguous loads does the add instead. Its first result per device and
+contiguous loads does the add of a large tensor instead (a small one is
+bound by the launch, which costs the host less in PyTorch). Its first result per device and
 dtype is checked against PyTorch's add; on a difference or an error
 PyTorch's add is used from then on, said once in the log.
 """
@@ -24,6 +25,12 @@ __all__ = ['add_attn_pe', 'add_to_dtype']
 
 #: Values of a sample a Triton program adds.
 _BLOCK = 1024
+#: Fewest values of ``h`` the Triton kernel is launched for. Its launch
+#: costs the host more than PyTorch's; on an H200 (bf16, eval) it saved
+#: time at DeiT-B b128 (19.4M values: timm's step with the add 1.042x ->
+#: 1.034x the plain step) and lost it at DeiT-Ti b256 (9.7M: 1.103x ->
+#: 1.253x), where the step is bound by its launches.
+_TRITON_MIN_NUMEL = 1 << 24
 #: (device index, dtype) -> whether the Triton add gave PyTorch's result.
 _TRITON_CHECKED: Dict[Tuple[int, torch.dtype], bool] = {}
 _TRITON_KERNEL = None
@@ -55,12 +62,17 @@ def _triton_kernel():
     return _TRITON_KERNEL
 
 
+def _worth_triton(h: Tensor) -> bool:
+    """Whether ``h`` is large enough for the kernel to pay its launch."""
+    return h.numel() >= _TRITON_MIN_NUMEL
+
+
 def _triton_fits(h: Tensor, pe: Tensor, dtype: torch.dtype) -> bool:
-    return (h.is_cuda and h.dtype == pe.dtype == torch.float32
+    return (h.is_cuda and _worth_triton(h)
+            and h.dtype == pe.dtype == torch.float32
             and dtype in (torch.bfloat16, torch.float16) and h.dim() >= 2
             and pe.shape == (1, ) + h.shape[1:] and h.is_contiguous()
-            and pe.is_contiguous() and 0 < h.shape[0] < 65536
-            and h.numel() > 0)
+            and pe.is_contiguous() and 0 < h.shape[0] < 65536)
 
 
 def _launch(h: Tensor, pe: Tensor, out: Tensor) -> Tensor:
