@@ -327,7 +327,9 @@ def table(report: Dict) -> str:
             f"{'; '.join(r['kernels'])} |")
     if report.get('host'):
         lines += ['', '| one sample (host time per call) | us |', '|---|---|']
-        lines += [f"| {r['path']} | {r['host_us']:.1f} |" for r in report['host']]
+        lines += [
+            f"| {r['path']} | {r['host_us']:.1f} |" for r in report['host']
+        ]
     if report['models']:
         lines += [
             '', '| model | variant | eval ms | img/s | x default |',

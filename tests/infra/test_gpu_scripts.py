@@ -450,6 +450,6 @@ def test_dist_flexible_family_is_deit_under_ddp_strategy():
     assert flex['runner_type'] == 'FlexibleRunner'
     assert flex['strategy'] == dict(type='DDPStrategy')
     assert 'runner_type' not in plain and 'strategy' not in plain
-    assert {k: v for k, v in flex.items()
-            if k not in ('runner_type', 'strategy')} == plain
+    runner = ('runner_type', 'strategy')
+    assert {k: flex[k] for k in flex if k not in runner} == plain
     assert dist_config('deit-flexible') == dist_config('deit')

@@ -107,21 +107,13 @@ def test_train_path_bench_builds_models_beside_transformers5(
     """A benchmark that builds the config's model in its own process
     adjusts the hosts as the tools do (it failed on a GPU machine with
     transformers 5: ``NoneType takes no arguments``)."""
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(
-            [transformers5] +
-            [p for p in [os.environ.get('PYTHONPATH')] if p]))
-    out = subprocess.run([
-        sys.executable,
-        os.path.join(ROOT, 'benchmarks', 'bench_train_path.py'), '--tiny',
-        '--threads', '1', '--families', 'deit', '--parts', 'model',
-        '--work-root',
-        str(tmp_path)
-    ],
-                         env=env,
-                         capture_output=True,
-                         text=True)
+    paths = [transformers5, os.environ.get('PYTHONPATH', '')]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)))
+    bench = os.path.join(ROOT, 'benchmarks', 'bench_train_path.py')
+    cmd = [sys.executable, bench, '--tiny', '--threads', '1']
+    cmd += ['--families', 'deit', '--parts', 'model']
+    cmd += ['--work-root', str(tmp_path)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert 'failed' not in out.stdout, out.stdout + out.stderr[-2000:]
     row = [r for r in out.stdout.splitlines() if r.startswith('| deit')]

@@ -10,9 +10,10 @@ On CUDA, PyTorch's add with a broadcast operand and a cast runs in its
 generic elementwise kernel, at a third of the cast's bandwidth (README "The
 eval gap profiled"); where Triton is installed a small Triton kernel with
 contiguous loads does the add of a large tensor instead (a small one is
-bound by the launch, which costs the host less in PyTorch). Its first result per device and
-dtype is checked against PyTorch's add; on a difference or an error
-PyTorch's add is used from then on, said once in the log.
+bound by the launch, which costs the host less in PyTorch). Its first
+result per device and dtype is checked against PyTorch's add; on a
+difference or an error PyTorch's add is used from then on, said once in
+the log.
 """
 from contextlib import nullcontext
 from typing import Dict, Optional, Tuple
