@@ -14,8 +14,9 @@ way of writing the add is fastest, for DeiT's eval shapes:
 - ``add to dtype, pe expanded``: the same with ``pe`` made ``(B, N, C)``
   beforehand (not a candidate: it shows what the broadcast costs);
 - ``float32 add, then cast`` and ``cast, then add``: two kernels each;
-- ``mmlape add_to_dtype``: mmlape's add (its Triton kernel on a GPU), where
-  mmlape is installed;
+- ``mmlape add_to_dtype``: mmlape's add (its Triton kernel on a GPU, for
+  tensors of 16M values or more), where mmlape is installed, and on a GPU
+  its Triton kernel with 1, 2, 4 and 8 samples per program at any size;
 - each of them after the LayerNorm (``norm+``), as a layer runs them.
 
 With ``--models``, whole eval steps of timm's ViT (if timm is installed)
@@ -82,6 +83,24 @@ def mmlape_add():
     except ImportError:
         return None
     return add_to_dtype
+
+
+def triton_paths(device: torch.device,
+                 dtype: torch.dtype) -> Dict[str, Callable]:
+    """mmlape's Triton kernel with 1, 2, 4 and 8 samples per program (its
+    PE block read once for them), whatever the size threshold says."""
+    from mmlape.models.layers import pe_add
+    if device.type != 'cuda' or pe_add._triton_kernel() is False:
+        return {}
+
+    def launch(n):
+        return lambda h, pe, full: pe_add._launch(
+            h, pe, torch.empty_like(h, dtype=dtype), n)
+
+    return {
+        f'mmlape Triton, {n} sample(s) per program': launch(n)
+        for n in (1, 2, 4, 8)
+    }
 
 
 def timer(device: torch.device, fn: Callable, reps: int, rounds: int) -> float:
@@ -232,7 +251,7 @@ def host_rows(args, device, dtype) -> List[Dict]:
         ways['Triton kernel, launched by mmlape'] = lambda: pe_add._launch(
             h, pe, out)
         ways['Triton kernel[grid] alone'] = lambda: kernel[grid](
-            h, pe, out, pe.numel(), BLOCK=pe_add._BLOCK)
+            h, pe, out, pe.numel(), B, BLOCK=pe_add._BLOCK, SAMPLES=1)
     rows = []
     reps = 5 if args.tiny else 200
     for label, f in ways.items():
@@ -272,6 +291,7 @@ def run(args) -> Dict:
         if mine is not None:
             ways['mmlape add_to_dtype'] = lambda h, pe, full: mine(
                 h, pe, dtype)
+            ways.update(triton_paths(device, dtype))
         if args.compiled:
             ways.update(compiled_paths(dtype))
         for label, f in ways.items():

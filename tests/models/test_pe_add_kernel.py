@@ -20,20 +20,39 @@ def interpreted(monkeypatch):
     monkeypatch.setattr(pe_add, '_TRITON_KERNEL', None)
 
 
-@pytest.mark.parametrize('shape', [(3, 197, 12), (2, 5, 8), (1, 4, 1030)])
-def test_kernel_adds_the_pe_to_every_sample(interpreted, shape):
-    # a sample of 2364 values spans three programs, the last one masked
+@pytest.mark.parametrize('samples', [1, 2, pe_add._SAMPLES])
+@pytest.mark.parametrize('shape', [(3, 197, 12), (2, 5, 8), (1, 4, 1030),
+                                   (9, 3, 7)])
+def test_kernel_adds_the_pe_to_every_sample(interpreted, shape, samples):
+    # a sample of 2364 values spans three programs, the last one masked;
+    # a batch that samples per program does not divide leaves the last
+    # program's extra samples masked
     g = torch.Generator().manual_seed(0)
     h = torch.randn(*shape, generator=g) * 100
     pe = torch.randn(1, *shape[1:], generator=g)
-    out = pe_add._launch(h, pe, torch.empty_like(h, dtype=torch.float16))
+    out = torch.full_like(h, float('nan'), dtype=torch.float16)
+    out = pe_add._launch(h, pe, out, samples)
     assert torch.equal(out, (h + pe).half())
     # the interpreter rounds to bfloat16 half-up (a GPU: to nearest even),
     # so on the CPU the bits agree within one unit of the last place
-    out = pe_add._launch(h, pe, torch.empty_like(h, dtype=torch.bfloat16))
+    out = pe_add._launch(h, pe, torch.empty_like(h, dtype=torch.bfloat16),
+                         samples)
     want = (h + pe).bfloat16()
     ulps = out.view(torch.int16).int() - want.view(torch.int16).int()
     assert ulps.abs().max() <= 1 and (out.sign() == want.sign()).all()
+
+
+def test_kernel_writes_nothing_past_the_batch(interpreted):
+    """The last program's samples beyond the batch are masked: the memory
+    after the output is left as it was (and the input past ``h`` unread)."""
+    g = torch.Generator().manual_seed(0)
+    h_buf = torch.randn(8, 5, 8, generator=g)
+    pe = torch.randn(1, 5, 8, generator=g)
+    out_buf = torch.full((8, 5, 8), 7.0, dtype=torch.float16)
+    h, out = h_buf[:3], out_buf[:3]
+    pe_add._launch(h, pe, out, 4)
+    assert torch.equal(out, (h + pe).half())
+    assert (out_buf[3:] == 7).all()
 
 
 def test_the_kernel_is_for_large_tensors_only():

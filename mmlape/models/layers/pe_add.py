@@ -26,11 +26,14 @@ __all__ = ['add_attn_pe', 'add_to_dtype']
 
 #: Values of a sample a Triton program adds.
 _BLOCK = 1024
-#: Fewest values of ``h`` the Triton kernel is launched for. Its launch
-#: costs the host more than PyTorch's; on an H200 (bf16, eval) it saved
-#: time at DeiT-B b128 (19.4M values: timm's step with the add 1.042x ->
-#: 1.034x the plain step) and lost it at DeiT-Ti b256 (9.7M: 1.103x ->
-#: 1.253x), where the step is bound by its launches.
+#: Samples a Triton program adds its block of the PE to (the PE block is
+#: read once for them).
+_SAMPLES = 4
+#: Fewest values of ``h`` the Triton kernel is launched for. A launch costs
+#: the host 12-17 us against PyTorch's 6 us (H200); at DeiT-B b128 (19.4M
+#: values) the kernel still saved time (LaPE eval 1.032x -> 1.016x the
+#: default join), at DeiT-Ti b256 (9.7M), a step bound by its launches, it
+#: lost it (LaPE train 1.02x -> 1.135x).
 _TRITON_MIN_NUMEL = 1 << 24
 #: (device index, dtype) -> whether the Triton add gave PyTorch's result.
 _TRITON_CHECKED: Dict[Tuple[int, torch.dtype], bool] = {}
@@ -49,15 +52,20 @@ def _triton_kernel():
             return _TRITON_KERNEL
 
         @triton.jit
-        def add_pe(h_ptr, pe_ptr, out_ptr, per_sample, BLOCK: tl.constexpr):
+        def add_pe(h_ptr, pe_ptr, out_ptr, per_sample, batch,
+                   BLOCK: tl.constexpr, SAMPLES: tl.constexpr):
+            # one block of the PE, loaded once, added to SAMPLES samples
             col = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            base = tl.program_id(1).to(tl.int64) * per_sample
+            first = tl.program_id(1) * SAMPLES
             mask = col < per_sample
-            h = tl.load(h_ptr + base + col, mask=mask)
             pe = tl.load(pe_ptr + col, mask=mask)
-            out = (h + pe).to(
-                out_ptr.dtype.element_ty, fp_downcast_rounding='rtne')
-            tl.store(out_ptr + base + col, out, mask=mask)
+            for i in tl.static_range(SAMPLES):
+                keep = mask & (first + i < batch)
+                at = (first + i).to(tl.int64) * per_sample + col
+                h = tl.load(h_ptr + at, mask=keep)
+                out = (h + pe).to(
+                    out_ptr.dtype.element_ty, fp_downcast_rounding='rtne')
+                tl.store(out_ptr + at, out, mask=keep)
 
         _TRITON_KERNEL = (triton.cdiv, add_pe)
     return _TRITON_KERNEL
@@ -76,12 +84,18 @@ def _triton_fits(h: Tensor, pe: Tensor, dtype: torch.dtype) -> bool:
             and pe.is_contiguous() and 0 < h.shape[0] < 65536)
 
 
-def _launch(h: Tensor, pe: Tensor, out: Tensor) -> Tensor:
+def _launch(h: Tensor,
+            pe: Tensor,
+            out: Tensor,
+            samples: int = _SAMPLES) -> Tensor:
     cdiv, kernel = _triton_kernel()
-    per_sample = pe.numel()
-    grid = (cdiv(per_sample, _BLOCK), h.shape[0])
-    with (torch.cuda.device(h.device) if h.is_cuda else nullcontext()):
-        kernel[grid](h, pe, out, per_sample, BLOCK=_BLOCK)
+    per_sample, batch = pe.numel(), h.shape[0]
+    grid = (cdiv(per_sample, _BLOCK), cdiv(batch, samples))
+    # entering the device costs the host a few us: only when it differs
+    other = h.is_cuda and h.device.index != torch.cuda.current_device()
+    with (torch.cuda.device(h.device) if other else nullcontext()):
+        kernel[grid](
+            h, pe, out, per_sample, batch, BLOCK=_BLOCK, SAMPLES=samples)
     return out
 
 
