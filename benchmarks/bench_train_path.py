@@ -1,6 +1,6 @@
 """The user's training path, measured in one run: the loader alone, the
 model alone and ``tools/train.py`` end to end, for the LaPE config of each
-family (DeiT-Ti, ViT-Adapter-Ti Mask R-CNN and UperNet, Segmenter-Ti).
+family (DeiT-Ti, DeiT-B, ViT-Adapter-Ti Mask R-CNN and UperNet, Segmenter-Ti).
 
 On generated data of the real sets' size and format (ImageNet-size JPEGs
 in ImageNet's layout, COCO at 640x480, ADE20K at 683x512 with label PNGs;
@@ -61,12 +61,14 @@ sys.path.insert(0, ROOT)
 
 from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
 
-#: The four families: the LaPE config, the data format, the config's
-#: scope. The small model of ``--tiny`` is the dense tests' (``small_dense``)
+#: The families: the LaPE config (DeiT-Ti and DeiT-B for ImageNet), the
+#: data format, the config's scope. The small model of ``--tiny`` is the dense tests' (``small_dense``)
 #: and the 64-dim ViT of ``bench_gpu.py --tiny``.
 FAMILIES = {
     'deit':
     dict(config='configs/deit/deit-tiny-lape_4xb256_in1k.py', data='imagenet'),
+    'deit-base':
+    dict(config='configs/deit/deit-base-lape_4xb256_in1k.py', data='imagenet'),
     'mask-rcnn':
     dict(
         config='configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_'
@@ -211,7 +213,7 @@ def overrides(family: str, data_root: str, batch: int, iters: int,
     if workers is not None:
         over['auto_num_workers'] = None
     times = math.ceil(iters / epoch_iters)
-    if family == 'deit':
+    if FAMILIES[family]['data'] == 'imagenet':
         over['train_dataloader'] = dict(
             batch_size=batch,
             dataset=one_epoch(base['dataset'], data_root, times))

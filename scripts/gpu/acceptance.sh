@@ -23,7 +23,7 @@
 #                (benchmarks/bench_pe_add_kernels.py --compiled --models: the
 #                per-layer add's kernels, mmlape's Triton one included, and
 #                timm eval steps with the add; its table in kernels/) and
-#                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti:
+#                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti and DeiT-B:
 #                tools/train.py end to end, eager then compiled, beside the model-only
 #                step and the loader; its tables in trainpath/)
 #                (default: kernels deit msda adapter segmenter dist compile)
@@ -46,7 +46,7 @@ trainpath() {
     for mode in eager compiled; do
         [[ -f $tp/$mode.json ]] && continue
         # shellcheck disable=SC2086  # TRAINPATH_ARGS is a list of options
-        "$PY" benchmarks/bench_train_path.py --families deit --amp \
+        "$PY" benchmarks/bench_train_path.py --families deit,deit-base --amp \
             --work-root "$tp/work" --out "$tp/$mode.md" \
             --json "$tp/$mode.part" \
             $([[ $mode == compiled ]] && echo --compile) \

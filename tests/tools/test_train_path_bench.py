@@ -53,7 +53,7 @@ def test_tiny_run_reports_consistent_figures(tmp_path, fresh_default_scope):
 
     from mmlape.engine.loader_workers import apply_auto_num_workers
     out = tmp_path / 'report.json'
-    families = ['deit', 'segmenter']
+    families = ['deit', 'deit-base', 'segmenter']
     code = bench.main([
         '--tiny', '--threads', '1', '--families', ','.join(families),
         '--work-root',
