@@ -62,8 +62,9 @@ sys.path.insert(0, ROOT)
 from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
 
 #: The families: the LaPE config (DeiT-Ti and DeiT-B for ImageNet), the
-#: data format, the config's scope. The small model of ``--tiny`` is the dense tests' (``small_dense``)
-#: and the 64-dim ViT of ``bench_gpu.py --tiny``.
+#: data format, the config's scope. The small model of ``--tiny`` is the
+#: dense tests' (``small_dense``) and the 64-dim ViT of
+#: ``bench_gpu.py --tiny``.
 FAMILIES = {
     'deit':
     dict(config='configs/deit/deit-tiny-lape_4xb256_in1k.py', data='imagenet'),

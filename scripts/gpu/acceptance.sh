@@ -23,9 +23,10 @@
 #                (benchmarks/bench_pe_add_kernels.py --compiled --models: the
 #                per-layer add's kernels, mmlape's Triton one included, and
 #                timm eval steps with the add; its table in kernels/) and
-#                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti and DeiT-B:
-#                tools/train.py end to end, eager then compiled, beside the model-only
-#                step and the loader; its tables in trainpath/)
+#                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti
+#                and DeiT-B: tools/train.py end to end, eager then compiled,
+#                beside the model-only step and the loader; its tables in
+#                trainpath/)
 #                (default: kernels deit msda adapter segmenter dist compile)
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
 #   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
