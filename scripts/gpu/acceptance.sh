@@ -27,7 +27,7 @@
 #                and DeiT-B: tools/train.py end to end, eager then compiled,
 #                beside the model-only step and the loader; its tables in
 #                trainpath/)
-#                (default: kernels deit msda adapter segmenter dist compile)
+#                (default: kernels deit trainpath compile dist adapter segmenter msda)
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
 #   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
 #                512", fewer images to generate)
@@ -37,7 +37,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 BUILD=${BUILD_DIR:-.gpu_build}
 DIR=$BUILD/acceptance
-SECTIONS=${SECTIONS:-kernels deit msda adapter segmenter dist compile}
+SECTIONS=${SECTIONS:-kernels deit trainpath compile dist adapter segmenter msda}
 mode=${1:-run}
 seconds=${2:-540}
 
