@@ -4,8 +4,9 @@
 before the run; mmengine's ``compile`` key compiles ``train_step`` only.
 A classifier's backbone is compiled whole; a dense model has each encoder
 block compiled (regional), so mmcv's ops stay outside the graphs and a new
-image size recompiles one block. Where compiling cannot work, one line
-says so and the run goes on eager. The tools turn ``compile = True`` or
+image size recompiles one block. Where compiling cannot work (no
+compiler, or the backend fails on the first call: a damaged cache), one
+line says so and the run goes on eager. The tools turn ``compile = True`` or
 ``compile = dict(...)`` into this hook (:func:`use_compile_hook`).
 
 References:
@@ -26,7 +27,7 @@ from mmlape.utils.errors import ConfigError
 
 __all__ = [
     'CompileHook', 'compile_targets', 'compile_unavailable', 'graph_count',
-    'recompile_limit_name', 'use_compile_hook'
+    'inductor_cache_dir', 'recompile_limit_name', 'use_compile_hook'
 ]
 
 #: The encoder blocks a regional compile compiles.
@@ -80,6 +81,15 @@ def compile_unavailable(backend: str, device: str) -> Optional[str]:
         return (f'inductor needs a C++ compiler on the CPU and found none '
                 f'(tried {[c for c in config.cpp.cxx if c]}; set CXX)')
     return None
+
+
+def inductor_cache_dir() -> str:
+    """Where inductor keeps its compiled kernels in this process."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:  # torch < 2.6
+        from torch._inductor.runtime.runtime_utils import cache_dir
+    return cache_dir()
 
 
 def compile_targets(
@@ -172,12 +182,43 @@ class CompileHook(Hook):
         options = {k: v for k, v in self.options.items() if v is not None}
         for module in targets:
             module.compile(**options)
+            module._compiled_call_impl = self._guarded(
+                module, module._compiled_call_impl, targets, runner)
         self.active = True
         self._logged = graph_count()
         runner.logger.info(
             f'torch.compile ({self._describe()}): {what}; the train step, '
             f'validation and testing run compiled (the first iterations '
             f'compile; each compiled graph is logged)')
+
+    def _guarded(self, module: nn.Module, compiled, targets: List[nn.Module],
+                 runner):
+        """``compiled``, which on a failure of the backend itself (a damaged
+        compile cache, a compiler that breaks on the generated code) turns
+        compiling off for every target, says so in one line and runs the
+        call eager: the run goes on. Errors of the model's own code are
+        raised as they are."""
+        from torch._dynamo.exc import BackendCompilerFailed
+
+        def call(*args, **kwargs):
+            try:
+                return compiled(*args, **kwargs)
+            except BackendCompilerFailed as err:
+                for target in targets:
+                    target._compiled_call_impl = None
+                self.active = False
+                cause = getattr(err, 'inner_exception', None) or err
+                first = (str(cause).strip().splitlines() or [''])[0]
+                runner.logger.warning(
+                    f'torch.compile: the {self.options["backend"]} backend '
+                    f'failed ({type(cause).__name__}: {first}); the run goes '
+                    f'on eager. A damaged compile cache is a common cause: '
+                    f'remove {inductor_cache_dir()} (or point '
+                    f'TORCHINDUCTOR_CACHE_DIR elsewhere) and start again to '
+                    f'compile')
+                return module._call_impl(*args, **kwargs)
+
+        return call
 
     def _describe(self) -> str:
         return ', '.join(f'{k}={v}' for k, v in self.options.items()

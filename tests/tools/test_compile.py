@@ -18,6 +18,7 @@ from mmengine.logging import MMLogger
 from mmlape.engine.compile import (CompileHook, compile_targets,
                                    compile_unavailable, graph_count,
                                    recompile_limit_name, use_compile_hook)
+from mmlape.models.layers import TransformerBlock
 from mmlape.utils.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -119,6 +120,51 @@ def test_unavailable_compiler_runs_eager_after_one_line(
     assert all(
         getattr(m, '_compiled_call_impl', None) is None
         for m in model.modules())
+
+
+def test_a_failing_backend_runs_eager_after_one_line(fresh_dynamo):
+    """The backend fails on the first call (as with a damaged inductor
+    cache): one line, every target eager from then on, the same outputs;
+    the model's own errors still raise."""
+    import torch._dynamo as dynamo
+    from conftest import tiny_vit
+
+    from mmlape.engine.compile import inductor_cache_dir
+
+    def broken(gm, example_inputs):
+        raise OSError('libcache.so: file too short')
+
+    if 'broken_for_test' not in dynamo.list_backends(exclude_tags=()):
+        dynamo.register_backend(broken, name='broken_for_test')
+    model = Wrapper(tiny_vit())
+    model.eval()
+    img = torch.randn(2, 3, 32, 32)
+    want = model.backbone(img)[0]
+    runner, records = fake_runner(model, scope='mmseg')
+    hook = CompileHook(backend='broken_for_test')
+    hook.before_run(runner)
+    blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
+    assert blocks and all(b._compiled_call_impl is not None for b in blocks)
+    got = model.backbone(img)[0]
+    assert torch.equal(got, want)
+    assert records.lines[-1] == (
+        'torch.compile: the broken_for_test backend failed (OSError: '
+        'libcache.so: file too short); the run goes on eager. A damaged '
+        f'compile cache is a common cause: remove {inductor_cache_dir()} '
+        '(or point TORCHINDUCTOR_CACHE_DIR elsewhere) and start again to '
+        'compile')
+    assert len(records.lines) == 2  # the hook's first line, then this one
+    assert all(b._compiled_call_impl is None for b in blocks)
+    assert not hook.active
+    assert torch.equal(model.backbone(img)[0], want)
+    assert len(records.lines) == 2  # said once
+    # an error of the model's own code is not taken for the backend's
+    model = Wrapper(tiny_vit())
+    runner, records = fake_runner(model, scope='mmseg')
+    CompileHook(backend='eager').before_run(runner)
+    with pytest.raises(RuntimeError):
+        model.backbone(torch.randn(2, 5, 32, 32))  # 5 channels
+    assert not any('failed' in line for line in records.lines)
 
 
 def test_missing_cpp_compiler_is_named():
