@@ -34,6 +34,34 @@ JOINS = {
 PROGRESS = re.compile(r'Iter\((train|val|test)\)\s*\[\s*(\d+)/(\d+)\].*')
 
 
+def iteration_options(iters: int) -> list:
+    """``--cfg-options`` for a run of ``iters`` iterations: a quarter of
+    them (1 to 50) warm up, the cosine schedule takes the rest."""
+    warmup = max(1, min(50, iters // 4))
+    return [
+        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
+        f'default_hooks.checkpoint.interval={iters}',
+        f'param_scheduler.0.end={warmup}', f'param_scheduler.1.begin={warmup}',
+        f'param_scheduler.1.end={iters}',
+        f'default_hooks.logger.interval={max(1, min(50, iters // 5))}'
+    ]
+
+
+def iterations(text: str) -> int:
+    """An argparse type: 2 iterations or more (a warm-up one, then the
+    cosine schedule)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'expected an integer, got "{text}"') from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(
+            f'expected 2 or more (one warm-up iteration, then the cosine '
+            f'schedule), got {value}')
+    return value
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--work-dir', default='work_dirs/demo')
@@ -41,7 +69,7 @@ def parse_args(argv=None):
         '--joins', nargs='+', default=list(JOINS), choices=list(JOINS))
     parser.add_argument(
         '--iters',
-        type=int,
+        type=iterations,
         default=None,
         help='training iterations (config: 600)')
     parser.add_argument('--num-train', type=int, default=4000)
@@ -133,15 +161,7 @@ def main(argv=None):
         for split in ('train', 'val', 'test')
     ] + [f'randomness.seed={args.seed}']
     if args.iters:
-        it = args.iters
-        options += [
-            f'train_cfg.max_iters={it}', f'train_cfg.val_interval={it}',
-            f'default_hooks.checkpoint.interval={it}',
-            f'param_scheduler.1.end={it}',
-            f'param_scheduler.0.end={min(50, it // 4)}',
-            f'param_scheduler.1.begin={min(50, it // 4)}',
-            f'default_hooks.logger.interval={max(1, min(50, it // 5))}'
-        ]
+        options += iteration_options(args.iters)
     rows, maps = [], {}
     for join in args.joins:
         config = JOINS[join]

@@ -1,5 +1,6 @@
 """tools/train.py, tools/test.py, dist_train.sh and the demo, end to end on
 generated data (CPU)."""
+import argparse
 import json
 import os
 import os.path as osp
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import DEMO, demo_options, run
+from conftest import DEMO, ROOT, demo_options, run
 
 from mmlape.datasets import generate_pos_shapes
 
@@ -123,6 +124,32 @@ def test_bad_input_is_one_clear_error(case, pos_shapes_data, tmp_path):
     assert 'Traceback' not in out.stderr
     if case == 'resume':
         assert osp.isfile(tmp_path / 'other.pth')  # nothing saved is lost
+
+
+@pytest.mark.parametrize('iters', [2, 3, 6, 100, 600, 1000])
+def test_demo_schedule_fits_any_length(iters):
+    """Every --iters from 2 gives a valid schedule: warm-up 1-50
+    iterations, then the cosine to the end."""
+    from mmengine.config import Config, DictAction
+
+    from tools import demo
+    cfg = Config.fromfile(osp.join(ROOT, DEMO))
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    opts = parser.parse_args(['--cfg-options'] +
+                             demo.iteration_options(iters)).cfg_options
+    cfg.merge_from_dict(opts)
+    warm, cosine = cfg.param_scheduler
+    assert 0 < warm.end == cosine.begin < cosine.end == iters
+    assert warm.end == max(1, min(50, iters // 4))
+    assert cfg.train_cfg.max_iters == cfg.train_cfg.val_interval == iters
+
+
+def test_demo_refuses_fewer_than_two_iterations():
+    out = run([sys.executable, 'tools/demo.py', '--iters', '1'], check=False)
+    assert out.returncode == 2
+    assert 'argument --iters: expected 2 or more' in out.stderr
+    assert 'Traceback' not in out.stderr
 
 
 @pytest.mark.slow
