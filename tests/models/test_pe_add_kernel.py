@@ -133,3 +133,22 @@ def test_a_kernel_that_fails_its_check_is_left_for_pytorchs_add(
     why = ("its result differs from PyTorch's add" if fault == 'differs' else
            'RuntimeError: PTX .version 9.9 does not support .target')
     assert said.endswith(why), said
+
+
+def test_no_first_use_check_while_a_cuda_graph_is_captured(
+        on_cpu, monkeypatch):
+    """The check reads its result back, which a capture forbids: during
+    one, PyTorch's add is used and nothing is decided; the check runs at
+    the first add outside it."""
+    checks = []
+    monkeypatch.setattr(pe_add, '_first_launch',
+                        lambda h, pe, out, key: checks.append(key) or out)
+    monkeypatch.setattr(pe_add, '_capturing', lambda h: True)
+    h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
+    out = pe_add.add_to_dtype(h, pe, torch.bfloat16)
+    assert torch.equal(out, (h + pe).bfloat16())
+    assert checks == [] and pe_add._TRITON_CHECKED == {}
+    monkeypatch.setattr(pe_add, '_capturing', lambda h: False)
+    pe_add.add_to_dtype(h, pe, torch.bfloat16)
+    assert checks == [(None, torch.bfloat16)]
+    assert not pe_add._capturing(torch.randn(1))  # a CPU tensor

@@ -146,7 +146,14 @@ def add_to_dtype(h: Tensor, pe: Tensor, dtype: torch.dtype) -> Tensor:
         return torch.add(h, pe, out=out)
     if ok:
         return _launch(h, pe, out)
+    if _capturing(h):  # the check reads the result: not while capturing
+        return torch.add(h, pe, out=out)
     return _first_launch(h, pe, out, key)
+
+
+def _capturing(h: Tensor) -> bool:
+    """Whether a CUDA graph is being captured on ``h``'s device."""
+    return h.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 class _AddToDtype(torch.autograd.Function):
