@@ -21,9 +21,12 @@ way of writing the add is fastest, for DeiT's eval shapes:
 
 With ``--models``, whole eval steps of timm's ViT (if timm is installed)
 under autocast, interleaved: as it is (the default join), with each
-block's ``norm1`` followed by the add of a per-layer PE written each way,
-and with LaPE's per-layer LayerNorm of the PE in the step as well: how much
-of a join's eval cost the add explains.
+block's ``norm1`` followed by the add of a per-layer PE written each way
+(mmlape's through its ``add_attn_pe``; on a GPU also with the Triton
+kernel at any size and never), and with LaPE's per-layer LayerNorm of the
+PE in the step as well: how much of a join's eval cost the add explains.
+``--train`` times train steps (forward and backward) instead; ``--host``
+the host time per call of each add on one sample.
 
 It imports torch only, so it runs on a GPU machine before anything else is
 installed. Times are the median of ``--rounds`` rounds of ``--reps`` calls
@@ -167,11 +170,24 @@ class NormThenAdd(torch.nn.Module):
     def forward(self, x):
         h = self.norm(x)
         pe = self.pe_norm(self.pe) if self.pe_norm is not None else self.pe
+        if self.how.startswith('mmlape'):
+            return self._mmlape(h, pe)
         if h.dtype == self.dtype or self.how == 'float32':
             return h + pe
-        if self.how == 'mmlape':
-            return mmlape_add()(h, pe, self.dtype)
         return torch.add(h, pe, out=torch.empty_like(h, dtype=self.dtype))
+
+    def _mmlape(self, h, pe):
+        """mmlape's ``add_attn_pe`` (autograd too); ``'mmlape triton'`` and
+        ``'mmlape torch'`` take the Triton kernel at any size or never."""
+        from mmlape.models.layers import pe_add
+        threshold = pe_add._TRITON_MIN_NUMEL
+        if self.how != 'mmlape':
+            pe_add._TRITON_MIN_NUMEL = (1 if self.how == 'mmlape triton' else
+                                        float('inf'))
+        try:
+            return pe_add.add_attn_pe(h, pe)
+        finally:
+            pe_add._TRITON_MIN_NUMEL = threshold
 
 
 def model_rows(args, device, dtype) -> List[Dict]:
@@ -195,6 +211,12 @@ def model_rows(args, device, dtype) -> List[Dict]:
         if mmlape_add() is not None:
             hows += [('mmlape add_to_dtype', 'mmlape', False),
                      ('mmlape add_to_dtype + PE norm (LaPE)', 'mmlape', True)]
+            if device.type == 'cuda':
+                hows += [('mmlape, Triton at any size',
+                          'mmlape triton', False),
+                         ('mmlape, PyTorch add', 'mmlape torch', False)]
+        if args.train:  # an add with out= has no gradient
+            hows = [h for h in hows if h[1] != 'to dtype']
         for label, how, pe_norm in hows:
             m = copy.deepcopy(base)
             for blk in m.blocks:
@@ -204,8 +226,16 @@ def model_rows(args, device, dtype) -> List[Dict]:
         img = torch.randn(batch, 3, size, size, generator=g).to(device)
 
         def step(m):
+            if args.train:
+                with torch.autocast(device.type, dtype=dtype):
+                    loss = m(img).float().sum()
+                loss.backward()
+                return loss
             with torch.no_grad(), torch.autocast(device.type, dtype=dtype):
                 return m(img)
+
+        for m in variants.values():
+            m.train(args.train)
 
         times = {k: [] for k in variants}
         for _ in range(3):
@@ -325,6 +355,7 @@ def run(args) -> Dict:
         dtype=args.dtype,
         rows=rows,
         host=host_rows(args, device, dtype) if args.host else [],
+        step='train' if args.train else 'eval',
         models=model_rows(args, device, dtype) if args.models else [])
 
 
@@ -352,8 +383,8 @@ def table(report: Dict) -> str:
         ]
     if report['models']:
         lines += [
-            '', '| model | variant | eval ms | img/s | x default |',
-            '|---|---|---|---|---|'
+            '', f"| model | variant | {report.get('step', 'eval')} ms | "
+            'img/s | x default |', '|---|---|---|---|---|'
         ]
         for r in report['models']:
             lines.append(f"| {r['model']} b{r['B']} | {r['variant']} | "
@@ -382,6 +413,10 @@ def parse_args(argv=None):
         '--models',
         action='store_true',
         help="whole eval steps of timm's ViT (needs timm)")
+    parser.add_argument(
+        '--train',
+        action='store_true',
+        help='with --models: train steps (forward and backward), not eval')
     parser.add_argument(
         '--host',
         action='store_true',

@@ -66,3 +66,46 @@ def test_kernel_probe_tiny(tmp_path):
     md = (tmp_path / 'pe_add_kernels.md').read_text()
     assert '| deit-tiny b2 | add to dtype |' in md
     assert '| vit_tiny_patch16_224 b2 | float32 add |' in md
+
+
+def test_kernel_probe_train_steps_and_host_time(tmp_path):
+    """``--train``: timm train steps with the add each way that has a
+    gradient; ``--host``: the host time per call of each add."""
+    import bench_pe_add_kernels as probe
+    assert probe.main([
+        '--tiny', '--device', 'cpu', '--reps', '1', '--rounds', '1',
+        '--shapes', 'deit-tiny', '--models', '--train', '--host',
+        '--no-kernels', '--out',
+        str(tmp_path)
+    ]) == 0
+    report = json.loads((tmp_path / 'pe_add_kernels.json').read_text())
+    assert report['rows'] == [] and report['step'] == 'train'
+    assert [m['variant'] for m in report['models']] == [
+        'default (timm as is)', 'float32 add', 'mmlape add_to_dtype',
+        'mmlape add_to_dtype + PE norm (LaPE)'
+    ]
+    assert all(m['ms'] > 0 for m in report['models'])
+    host = {r['path']: r['host_us'] for r in report['host']}
+    assert list(host) == ['cast', 'torch.add to dtype', 'mmlape add_to_dtype']
+    assert all(us > 0 for us in host.values())
+    md = (tmp_path / 'pe_add_kernels.md').read_text()
+    assert '| model | variant | train ms | img/s | x default |' in md
+    assert '| one sample (host time per call) | us |' in md
+
+
+def test_forced_add_paths_restore_the_threshold():
+    """The 'Triton at any size' and 'PyTorch add' variants set the size
+    threshold for their call only, and give mmlape's sum."""
+    import bench_pe_add_kernels as probe
+    import torch
+
+    from mmlape.models.layers import pe_add
+    before = pe_add._TRITON_MIN_NUMEL
+    norm = torch.nn.LayerNorm(8)
+    x, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
+    for how in ('mmlape', 'mmlape triton', 'mmlape torch'):
+        layer = probe.NormThenAdd(norm, pe, how, torch.bfloat16)
+        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+            out = layer(x)
+        assert torch.equal(out, (norm(x) + pe).bfloat16()), how
+        assert pe_add._TRITON_MIN_NUMEL == before
