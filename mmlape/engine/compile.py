@@ -5,7 +5,7 @@ before the run; mmengine's ``compile`` key compiles ``train_step`` only.
 A classifier's backbone is compiled whole; a dense model has each encoder
 block compiled (regional), so mmcv's ops stay outside the graphs and a new
 image size recompiles one block. Where compiling cannot work (no
-compiler, or the backend fails on the first call: a damaged cache), one
+compiler, or the backend fails compiling a forward: a damaged cache), one
 line says so and the run goes on eager. The tools turn ``compile = True`` or
 ``compile = dict(...)`` into this hook (:func:`use_compile_hook`).
 
@@ -183,7 +183,7 @@ class CompileHook(Hook):
         for module in targets:
             module.compile(**options)
             module._compiled_call_impl = self._guarded(
-                module, module._compiled_call_impl, targets, runner)
+                module, module._compiled_call_impl, targets, runner.logger)
         self.active = True
         self._logged = graph_count()
         runner.logger.info(
@@ -192,12 +192,14 @@ class CompileHook(Hook):
             f'compile; each compiled graph is logged)')
 
     def _guarded(self, module: nn.Module, compiled, targets: List[nn.Module],
-                 runner):
-        """``compiled``, which on a failure of the backend itself (a damaged
-        compile cache, a compiler that breaks on the generated code) turns
-        compiling off for every target, says so in one line and runs the
-        call eager: the run goes on. Errors of the model's own code are
-        raised as they are."""
+                 logger):
+        """``compiled``, which on a failure of the backend itself while it
+        compiles a forward (a damaged compile cache, a compiler that breaks
+        on the generated code) turns compiling off for every target, says
+        so in one line and runs the call eager: the run goes on. Errors of
+        the model's own code are raised as they are, and so is a failure
+        while the backward compiles (at the first backward: a step half
+        done cannot be taken again)."""
         from torch._dynamo.exc import BackendCompilerFailed
 
         def call(*args, **kwargs):
@@ -207,18 +209,26 @@ class CompileHook(Hook):
                 for target in targets:
                     target._compiled_call_impl = None
                 self.active = False
-                cause = getattr(err, 'inner_exception', None) or err
-                first = (str(cause).strip().splitlines() or [''])[0]
-                runner.logger.warning(
-                    f'torch.compile: the {self.options["backend"]} backend '
-                    f'failed ({type(cause).__name__}: {first}); the run goes '
-                    f'on eager. A damaged compile cache is a common cause: '
-                    f'remove {inductor_cache_dir()} (or point '
-                    f'TORCHINDUCTOR_CACHE_DIR elsewhere) and start again to '
-                    f'compile')
+                logger.warning(self._failed_line(err))
                 return module._call_impl(*args, **kwargs)
 
         return call
+
+    def _failed_line(self, err: Exception) -> str:
+        backend = self.options['backend']
+        cause = getattr(err, 'inner_exception', None) or err
+        first = (str(cause).strip().splitlines() or [''])[0]
+        line = (f'torch.compile: the {backend} backend failed '
+                f'({type(cause).__name__}: {first}); the run goes on eager')
+        if backend != 'inductor':
+            return line
+        try:
+            folder = inductor_cache_dir()
+        except Exception:  # the hint must not hide the failure
+            folder = "inductor's cache folder"
+        return (f'{line}. A damaged compile cache is a common cause: remove '
+                f'{folder} (or point TORCHINDUCTOR_CACHE_DIR elsewhere) and '
+                f'start again to compile')
 
     def _describe(self) -> str:
         return ', '.join(f'{k}={v}' for k, v in self.options.items()

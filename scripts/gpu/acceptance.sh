@@ -20,14 +20,17 @@
 #   PYTHON       interpreter (default: python3)
 #   BUILD_DIR    where setup.sh builds and the results go (default: .gpu_build)
 #   SECTIONS     bench_gpu.py sections, in order, `kernels`
-#                (benchmarks/bench_pe_add_kernels.py --compiled --models: the
-#                per-layer add's kernels, mmlape's Triton one included, and
-#                timm eval steps with the add; its table in kernels/) and
+#                (benchmarks/bench_pe_add_kernels.py in three processes: the
+#                per-layer add's kernels, mmlape's Triton one included,
+#                with --compiled; then timm's eval steps with the add and
+#                the host time per add (--models --host); then timm's train
+#                steps (--models --train); its tables in kernels/) and
 #                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti
 #                and DeiT-B: tools/train.py end to end, eager then compiled,
 #                beside the model-only step and the loader; its tables in
 #                trainpath/)
-#                (default: kernels deit trainpath compile dist adapter segmenter msda)
+#                (default: kernels deit trainpath compile dist adapter
+#                segmenter msda)
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
 #   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
 #                512", fewer images to generate)

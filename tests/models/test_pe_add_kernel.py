@@ -69,16 +69,25 @@ def test_the_kernel_is_for_large_tensors_only():
 def test_which_tensors_the_kernel_takes(monkeypatch):
     monkeypatch.setattr(pe_add, '_TRITON_MIN_NUMEL', 1)
     h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
-    fits = pe_add._triton_fits
-    assert not fits(h, pe, torch.bfloat16)  # a CPU tensor
-    cuda = torch.cuda.is_available()
-    if cuda:
-        h, pe = h.cuda(), pe.cuda()
-        assert fits(h, pe, torch.bfloat16) and fits(h, pe, torch.float16)
+    assert not pe_add._triton_fits(h, pe, torch.bfloat16)  # a CPU tensor
+    fits = pe_add._shapes_fit
+    assert fits(h, pe, torch.bfloat16) and fits(h, pe, torch.float16)
     assert not fits(h, pe, torch.float32)
     assert not fits(h, pe.expand(2, 5, 8), torch.bfloat16)
     assert not fits(h.transpose(1, 2), pe.transpose(1, 2), torch.bfloat16)
     assert not fits(h.half(), pe, torch.bfloat16)
+    assert not fits(h, pe[:, :4], torch.bfloat16)
+    assert not fits(torch.randn(0, 5, 8), pe, torch.bfloat16)
+    # a sample past the kernel's int32 column index
+    wide = 2**31 - pe_add._BLOCK
+    assert fits(
+        torch.empty(1, wide - 1, device='meta'),
+        torch.empty(1, wide - 1, device='meta'), torch.bfloat16)
+    assert not fits(
+        torch.empty(1, wide, device='meta'), torch.empty(
+            1, wide, device='meta'), torch.bfloat16)
+    if torch.cuda.is_available():
+        assert pe_add._triton_fits(h.cuda(), pe.cuda(), torch.bfloat16)
 
 
 @pytest.fixture

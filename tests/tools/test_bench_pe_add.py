@@ -93,7 +93,7 @@ def test_kernel_probe_train_steps_and_host_time(tmp_path):
     assert '| one sample (host time per call) | us |' in md
 
 
-def test_forced_add_paths_restore_the_threshold():
+def test_forced_add_paths_restore_the_threshold(monkeypatch):
     """The 'Triton at any size' and 'PyTorch add' variants set the size
     threshold for their call only, and give mmlape's sum."""
     import bench_pe_add_kernels as probe
@@ -101,6 +101,14 @@ def test_forced_add_paths_restore_the_threshold():
 
     from mmlape.models.layers import pe_add
     before = pe_add._TRITON_MIN_NUMEL
+    seen = []
+    add = pe_add.add_attn_pe
+
+    def recording(h, pe):
+        seen.append(pe_add._TRITON_MIN_NUMEL)
+        return add(h, pe)
+
+    monkeypatch.setattr(pe_add, 'add_attn_pe', recording)
     norm = torch.nn.LayerNorm(8)
     x, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
     for how in ('mmlape', 'mmlape triton', 'mmlape torch'):
@@ -109,3 +117,4 @@ def test_forced_add_paths_restore_the_threshold():
             out = layer(x)
         assert torch.equal(out, (norm(x) + pe).bfloat16()), how
         assert pe_add._TRITON_MIN_NUMEL == before
+    assert seen == [before, 1, float('inf')]

@@ -123,48 +123,68 @@ def test_unavailable_compiler_runs_eager_after_one_line(
 
 
 def test_a_failing_backend_runs_eager_after_one_line(fresh_dynamo):
-    """The backend fails on the first call (as with a damaged inductor
-    cache): one line, every target eager from then on, the same outputs;
-    the model's own errors still raise."""
+    """The backend fails compiling the first forward (as with a damaged
+    inductor cache): one line, every target eager from then on, the same
+    outputs; the model's own errors still raise and keep it compiled."""
     import torch._dynamo as dynamo
     from conftest import tiny_vit
-
-    from mmlape.engine.compile import inductor_cache_dir
 
     def broken(gm, example_inputs):
         raise OSError('libcache.so: file too short')
 
     if 'broken_for_test' not in dynamo.list_backends(exclude_tags=()):
         dynamo.register_backend(broken, name='broken_for_test')
+    # an error of the model's own code is not taken for the backend's: the
+    # trace fails before the backend is asked, and the error is raised
     model = Wrapper(tiny_vit())
-    model.eval()
-    img = torch.randn(2, 3, 32, 32)
-    want = model.backbone(img)[0]
     runner, records = fake_runner(model, scope='mmseg')
     hook = CompileHook(backend='broken_for_test')
     hook.before_run(runner)
     blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
     assert blocks and all(b._compiled_call_impl is not None for b in blocks)
-    got = model.backbone(img)[0]
+    with pytest.raises(RuntimeError):
+        blocks[0](torch.randn(2, 5, 7))  # 7 channels, the block has 64
+    assert all(b._compiled_call_impl is not None for b in blocks)
+    assert hook.active and len(records.lines) == 1
+    # the backend's own failure: eager from then on, said once
+    model.eval()
+    img = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        want = Wrapper(copy.deepcopy(model.backbone)).backbone(img)[0]
+        got = model.backbone(img)[0]
     assert torch.equal(got, want)
     assert records.lines[-1] == (
         'torch.compile: the broken_for_test backend failed (OSError: '
-        'libcache.so: file too short); the run goes on eager. A damaged '
-        f'compile cache is a common cause: remove {inductor_cache_dir()} '
-        '(or point TORCHINDUCTOR_CACHE_DIR elsewhere) and start again to '
-        'compile')
+        'libcache.so: file too short); the run goes on eager')
     assert len(records.lines) == 2  # the hook's first line, then this one
     assert all(b._compiled_call_impl is None for b in blocks)
     assert not hook.active
-    assert torch.equal(model.backbone(img)[0], want)
+    with torch.no_grad():
+        assert torch.equal(model.backbone(img)[0], want)
     assert len(records.lines) == 2  # said once
-    # an error of the model's own code is not taken for the backend's
-    model = Wrapper(tiny_vit())
-    runner, records = fake_runner(model, scope='mmseg')
-    CompileHook(backend='eager').before_run(runner)
-    with pytest.raises(RuntimeError):
-        model.backbone(torch.randn(2, 5, 32, 32))  # 5 channels
-    assert not any('failed' in line for line in records.lines)
+
+
+def test_a_failing_inductor_names_its_cache(monkeypatch):
+    from types import SimpleNamespace
+
+    import mmlape.engine.compile as compile_module
+    err = SimpleNamespace(
+        inner_exception=ImportError(
+            '/cache/xi/k.main.so: file too short\nmore lines'))
+    line = CompileHook(backend='inductor')._failed_line(err)
+    assert line == (
+        'torch.compile: the inductor backend failed (ImportError: '
+        '/cache/xi/k.main.so: file too short); the run goes on eager. A '
+        'damaged compile cache is a common cause: remove '
+        f'{compile_module.inductor_cache_dir()} (or point '
+        'TORCHINDUCTOR_CACHE_DIR elsewhere) and start again to compile')
+
+    def unwritable():
+        raise PermissionError('/tmp')
+
+    monkeypatch.setattr(compile_module, 'inductor_cache_dir', unwritable)
+    line = CompileHook(backend='inductor')._failed_line(err)
+    assert "remove inductor's cache folder (or point" in line
 
 
 def test_missing_cpp_compiler_is_named():

@@ -30,10 +30,10 @@ _BLOCK = 1024
 #: read once for them).
 _SAMPLES = 4
 #: Fewest values of ``h`` the Triton kernel is launched for. A launch costs
-#: the host 12-17 us against PyTorch's 6 us (H200); at DeiT-B b128 (19.4M
-#: values) the kernel still saved time (LaPE eval 1.032x -> 1.016x the
-#: default join), at DeiT-Ti b256 (9.7M), a step bound by its launches, it
-#: lost it (LaPE train 1.02x -> 1.135x).
+#: the host 12-17 us against PyTorch's 6 us (H200). At DeiT-B b128 (19.4M
+#: values) the kernel saves time (timm's eval step with the add: 1.051x the
+#: plain step with PyTorch's add, 1.010x with the kernel); at DeiT-Ti b256
+#: (9.7M) LaPE's train step was 1.135x the default join's with it.
 _TRITON_MIN_NUMEL = 1 << 24
 #: (device index, dtype) -> whether the Triton add gave PyTorch's result.
 _TRITON_CHECKED: Dict[Tuple[int, torch.dtype], bool] = {}
@@ -77,11 +77,16 @@ def _worth_triton(h: Tensor) -> bool:
 
 
 def _triton_fits(h: Tensor, pe: Tensor, dtype: torch.dtype) -> bool:
-    return (h.is_cuda and _worth_triton(h)
-            and h.dtype == pe.dtype == torch.float32
+    return h.is_cuda and _shapes_fit(h, pe, dtype)
+
+
+def _shapes_fit(h: Tensor, pe: Tensor, dtype: torch.dtype) -> bool:
+    """Whether the kernel takes these tensors, wherever they are."""
+    return (_worth_triton(h) and h.dtype == pe.dtype == torch.float32
             and dtype in (torch.bfloat16, torch.float16) and h.dim() >= 2
             and pe.shape == (1, ) + h.shape[1:] and h.is_contiguous()
-            and pe.is_contiguous() and 0 < h.shape[0] < 65536)
+            and pe.is_contiguous() and 0 < h.shape[0] < 65536
+            and pe.numel() < 2**31 - _BLOCK)  # the kernel's int32 columns
 
 
 def _launch(h: Tensor,
@@ -152,7 +157,8 @@ def add_to_dtype(h: Tensor, pe: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def _capturing(h: Tensor) -> bool:
-    """Whether a CUDA graph is being captured on ``h``'s device."""
+    """Whether a CUDA graph is being captured on the current stream (a
+    capture makes its device the current one)."""
     return h.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
