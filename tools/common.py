@@ -30,8 +30,8 @@ from mmlape.utils.errors import ConfigError, InputError, one_line
 
 __all__ = [
     'CfgOptionsAction', 'ConfigError', 'InputError', 'ToolParser',
-    'UsageError', 'convert_file', 'fail', 'finish', 'load_config',
-    'positive_int', 'setup_runner'
+    'UsageError', 'convert_file', 'fail', 'finish', 'int_at_least',
+    'load_config', 'positive_int', 'setup_runner'
 ]
 
 #: Errors that building objects from a config raises for a bad config:
@@ -54,17 +54,25 @@ class ToolParser(argparse.ArgumentParser):
         self.exit(2, f'error: {message}\n')
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'expected a positive integer, got "{text}"') from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f'expected a positive integer, got {value}')
-    return value
+def int_at_least(low: int, wanted: str):
+    """An argparse type: an integer >= ``low``; ``wanted`` says so in its
+    error (``'expected {wanted}, got ...'``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f'expected {wanted}, got "{text}"') from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f'expected {wanted}, got {value}')
+        return value
+
+    return parse
+
+
+#: An argparse type: an integer >= 1.
+positive_int = int_at_least(1, 'a positive integer')
 
 
 class CfgOptionsAction(DictAction):

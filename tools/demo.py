@@ -26,6 +26,8 @@ import time
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from tools.common import int_at_least  # noqa: E402
+
 JOINS = {
     'default': 'configs/demo/deit-demo_pos-shapes.py',
     'lape': 'configs/demo/deit-demo-lape_pos-shapes.py',
@@ -47,19 +49,9 @@ def iteration_options(iters: int) -> list:
     ]
 
 
-def iterations(text: str) -> int:
-    """An argparse type: 2 iterations or more (a warm-up one, then the
-    cosine schedule)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'expected an integer, got "{text}"') from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(
-            f'expected 2 or more (one warm-up iteration, then the cosine '
-            f'schedule), got {value}')
-    return value
+#: An argparse type for --iters: a warm-up iteration, then the cosine.
+iterations = int_at_least(
+    2, '2 or more (one warm-up iteration, then the cosine schedule)')
 
 
 def parse_args(argv=None):
