@@ -31,6 +31,9 @@
 #                trainpath/)
 #                (default: kernels deit trainpath compile dist adapter
 #                segmenter msda)
+#   KERNEL_STEPS which timm steps `kernels` times after the kernels, each in
+#                a fresh process: `eval` (with the host time per add),
+#                `train`, both (default: "eval train") or none ("")
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
 #   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
 #                512", fewer images to generate)
@@ -41,6 +44,7 @@ PY=${PYTHON:-python3}
 BUILD=${BUILD_DIR:-.gpu_build}
 DIR=$BUILD/acceptance
 SECTIONS=${SECTIONS:-kernels deit trainpath compile dist adapter segmenter msda}
+KERNEL_STEPS=${KERNEL_STEPS-eval train}
 mode=${1:-run}
 seconds=${2:-540}
 
@@ -62,17 +66,25 @@ trainpath() {
 kernels() {
     # the kernels (profiled, compiled), then timm's steps in fresh
     # processes: a process that profiled and compiled steps slower
-    local k=$DIR/kernels
+    local k=$DIR/kernels part
     "$PY" benchmarks/bench_pe_add_kernels.py --compiled --reps 100 \
-        --rounds 15 --out "$k" &&
-        "$PY" benchmarks/bench_pe_add_kernels.py --no-kernels --host \
-            --models --reps 100 --rounds 15 --out "$k/eval" &&
-        "$PY" benchmarks/bench_pe_add_kernels.py --no-kernels --models \
-            --train --reps 100 --rounds 15 --out "$k/train" &&
-        cat "$k/eval/pe_add_kernels.md" "$k/train/pe_add_kernels.md" \
-            >> "$k/pe_add_kernels.md" &&
-        cp "$k/pe_add_kernels.json" "$DIR/kernels.done" ||
+        --rounds 15 --out "$k" || {
         echo "[acceptance] kernels: bench_pe_add_kernels.py failed"
+        return 0
+    }
+    for part in $KERNEL_STEPS; do
+        case $part in
+            eval) set -- --host ;;
+            train) set -- --train ;;
+            *) echo "[acceptance] kernels: unknown KERNEL_STEPS part $part"
+               continue ;;
+        esac
+        "$PY" benchmarks/bench_pe_add_kernels.py --no-kernels --models "$@" \
+            --reps 100 --rounds 15 --out "$k/$part" &&
+            cat "$k/$part/pe_add_kernels.md" >> "$k/pe_add_kernels.md" ||
+            echo "[acceptance] kernels: bench_pe_add_kernels.py $part failed"
+    done
+    cp "$k/pe_add_kernels.json" "$DIR/kernels.done"
 }
 
 run_all() {
