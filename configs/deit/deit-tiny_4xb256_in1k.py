@@ -31,14 +31,22 @@ model = dict(
 # Ceiling: an H200 steps DeiT-Ti at ~8,700 img/s (eager), one worker of
 # this pipeline makes ~190-210 img/s: 42-46 workers would be needed.
 auto_num_workers = dict(floor=5, ceiling=48)
+# Every image of a batch has one size: the loader stacks the batch
+# (default_collate), so the data preprocessor moves and normalises
+# one tensor, not each image in turn.
 train_dataloader = dict(
     batch_size=256,
+    collate_fn=dict(type='default_collate'),
     num_workers=5,
     pin_memory=True,
     persistent_workers=True,
     drop_last=True,
     sampler=dict(type='RepeatAugSampler', num_repeats=3, shuffle=True))
-val_dataloader = dict(num_workers=5, pin_memory=True, persistent_workers=True)
+val_dataloader = dict(
+    num_workers=5,
+    pin_memory=True,
+    persistent_workers=True,
+    collate_fn=dict(type='default_collate'))
 test_dataloader = val_dataloader
 
 optim_wrapper = dict(

@@ -30,9 +30,11 @@ model = dict(
 data_preprocessor = dict(
     num_classes=4, mean=[110., 110., 110.], std=[60., 60., 60.], to_rgb=True)
 pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
+# One image size: the batch is stacked in the loader (default_collate).
 train_dataloader = dict(
     batch_size=64,
     num_workers=0,
+    collate_fn=dict(type='default_collate'),
     dataset=dict(
         type='CustomDataset',
         data_root=data_root,
@@ -43,6 +45,7 @@ train_dataloader = dict(
 val_dataloader = dict(
     batch_size=100,
     num_workers=0,
+    collate_fn=dict(type='default_collate'),
     dataset=dict(
         type='CustomDataset',
         data_root=data_root,

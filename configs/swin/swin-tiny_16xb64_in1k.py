@@ -30,9 +30,19 @@ model = dict(
 # speed): this model was not timed on a GPU; the ceiling binds only on
 # nodes with more than 49 CPUs per GPU.
 auto_num_workers = dict(floor=5, ceiling=48)
+# Every image of a batch has one size: the loader stacks the batch
+# (default_collate), so the data preprocessor moves and normalises
+# one tensor, not each image in turn.
 train_dataloader = dict(
-    num_workers=5, pin_memory=True, persistent_workers=True)
-val_dataloader = dict(num_workers=5, pin_memory=True, persistent_workers=True)
+    num_workers=5,
+    pin_memory=True,
+    persistent_workers=True,
+    collate_fn=dict(type='default_collate'))
+val_dataloader = dict(
+    num_workers=5,
+    pin_memory=True,
+    persistent_workers=True,
+    collate_fn=dict(type='default_collate'))
 test_dataloader = val_dataloader
 
 optim_wrapper = dict(

@@ -56,17 +56,22 @@ test_pipeline = [
 # CIFAR's pipeline makes ~1,800-2,700 img/s per worker; the GPU speed of
 # this model was not measured: 16 workers feed ~30,000 img/s.
 auto_num_workers = dict(floor=2, ceiling=16)
+# Every image of a batch has one size: the loader stacks the batch
+# (default_collate), so the data preprocessor moves and normalises
+# one tensor, not each image in turn.
 train_dataloader = dict(
     batch_size=128,
     num_workers=2,
     pin_memory=True,
     persistent_workers=True,
+    collate_fn=dict(type='default_collate'),
     dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=100,
     num_workers=2,
     pin_memory=True,
     persistent_workers=True,
+    collate_fn=dict(type='default_collate'),
     dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 

@@ -55,6 +55,12 @@ def test_gpu_config_loaders(path):
             loader.num_workers >= 1, name
         assert loader.pin_memory is True, name
         assert loader.persistent_workers is True, name
+    # one image size a batch: the loader stacks it (default_collate); the
+    # dense models' images differ in size and stay a list (pseudo_collate)
+    want = 'pseudo_collate' if family == 'dense' else 'default_collate'
+    for name in LOADERS:
+        collate = cfg[name].get('collate_fn', dict(type='pseudo_collate'))
+        assert collate == dict(type=want), name
     # a crowded node gets the floor, a node with many CPUs the ceiling
     for cpus, want in ((2, floor), (400, ceiling)):
         run = copy.deepcopy(cfg)
@@ -70,3 +76,75 @@ def test_cpu_demo_configs_load_in_the_training_process():
         cfg = Config.fromfile(path)
         assert cfg.get('auto_num_workers') is None
         assert cfg.train_dataloader.num_workers == 0
+        for name in LOADERS:
+            assert cfg[name].collate_fn == dict(type='default_collate')
+
+
+@pytest.fixture(scope='module')
+def imagenet(tmp_path_factory):
+    from mmlape.datasets.imagenet import generate_imagenet
+    root = str(tmp_path_factory.mktemp('imagenet'))
+    generate_imagenet(root, 6, 3, num_classes=3, size=(40, 56))
+    return root
+
+
+@pytest.mark.parametrize('split', ['train', 'val'])
+def test_stacked_batch_preprocesses_as_the_list(imagenet, split):
+    """DeiT's pipelines through the real loader: the batch the loader stacks
+    (default_collate) leaves mmpretrain's data preprocessor with the same
+    inputs and labels as the list of images (pseudo_collate), Mixup and
+    CutMix included, while the preprocessor runs a fixed number of
+    operations instead of a few per image."""
+    import numpy as np
+    import torch
+    from mmengine.dataset import default_collate, pseudo_collate
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import DATASETS, MODELS
+    from mmpretrain.utils import register_all_modules
+    from torch.utils._python_dispatch import TorchDispatchMode
+    register_all_modules(False)
+    cfg = Config.fromfile(
+        osp.join(ROOT, 'configs', 'deit', 'deit-tiny-lape_4xb256_in1k.py'))
+    loader = cfg[f'{split}_dataloader']
+    assert loader.collate_fn == dict(type='default_collate')
+    ds_cfg = copy.deepcopy(loader.dataset)
+    ds_cfg.data_root = imagenet
+    ds_cfg.pop('split', None)
+    ds_cfg.data_prefix = split
+    ds_cfg.ann_file = f'meta/{split}.txt'
+    cfg.model.backbone.arch = dict(
+        embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64)
+    cfg.model.head.in_channels = 32
+    cfg.model.data_preprocessor = cfg.data_preprocessor
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        dataset = DATASETS.build(ds_cfg)
+        model = MODELS.build(cfg.model)
+    items = [dataset[i] for i in range(3)]
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    outs, ops = [], []
+    for collate in (pseudo_collate, default_collate):
+        batch = collate(items)
+        torch.manual_seed(3)
+        np.random.seed(3)
+        Count.ops = 0
+        with Count():
+            outs.append(model.data_preprocessor(batch, split == 'train'))
+        ops.append(Count.ops)
+    listed, stacked = outs
+    assert isinstance(collate(items)['inputs'], torch.Tensor)
+    assert stacked['inputs'].shape == (3, 3, 224, 224)
+    assert torch.equal(listed['inputs'], stacked['inputs'])
+    for a, b in zip(listed['data_samples'], stacked['data_samples']):
+        assert torch.equal(a.gt_label, b.gt_label)
+        if split == 'train':  # Mixup/CutMix's soft targets
+            assert torch.equal(a.gt_score, b.gt_score)
+    # the list's preprocessing grows with the batch: 3 images already cost
+    # more operations than the whole stacked batch
+    assert ops[1] < ops[0], ops

@@ -31,6 +31,52 @@ def test_command_line():
         bench.parse_args(['--iters', '3', '--warmup', '3'])
 
 
+def test_warmup_drains_the_loaders_queue():
+    """Without --tiny the warm-up covers 3x the batches the loader queues
+    before the first step (its workers x prefetch_factor), so that the timed
+    iterations do not run on them."""
+    args = bench.parse_args([])
+    assert (args.iters, args.warmup) == (None, None)
+    base = bench.base_loader(bench.FAMILIES['deit']['config'])
+    assert base['prefetch_factor'] == 2
+    # auto_num_workers resolved as the tools resolve it: CPUs - 1, bounded
+    assert bench.queue_batches(base, None, cpus=16) == 15 * 2
+    assert bench.queue_batches(base, None, cpus=2) == 5 * 2  # the floor
+    assert bench.queue_batches(base, 3) == 6  # --workers
+    assert bench.iterations(args, 30) == dict(iters=115, warmup=90)
+    assert bench.iterations(args, 1) == dict(iters=30, warmup=5)
+    given = bench.parse_args(['--iters', '40', '--warmup', '10'])
+    assert bench.iterations(given, 30) == dict(iters=40, warmup=10)
+    with pytest.raises(ValueError, match='--warmup 90 leaves none'):
+        bench.iterations(bench.parse_args(['--iters', '50']), 30)
+
+
+def test_report_flags_a_run_above_its_bound():
+    fam = dict(
+        family='deit',
+        batch=256,
+        config_batch=256,
+        loader=dict(img_s_cpu=150., img_s_wall=150.),
+        model=dict(img_s=3400.),
+        train=dict(img_s=2419., data_share=.04, workers=15),
+        bound=dict(img_s=2300., limited_by='loader', train_over_bound=1.05))
+    report = dict(
+        machine=dict(
+            cpu='c',
+            cpus=16,
+            gpu='g',
+            torch='t',
+            torch_threads=16,
+            load_average=[0.],
+            date='d'),
+        load_average_end=[0.],
+        settings=dict(compile=False),
+        families=[fam])
+    assert 'Above the bound (deit)' in bench.markdown(report)
+    fam['bound']['train_over_bound'] = 0.9
+    assert 'Above the bound' not in bench.markdown(report)
+
+
 def test_bound():
     model = dict(device='cpu', cpu_s_per_step=0.5, threads=2, batch=4)
     loader = dict(img_s_cpu=3.0)
@@ -67,8 +113,9 @@ def test_tiny_run_reports_consistent_figures(tmp_path, fresh_default_scope):
     assert [f['family'] for f in report['families']] == families
     rows = (tmp_path / 'report.md').read_text().splitlines()
     assert rows[2] == '| ' + ' | '.join(bench.COLUMNS) + ' |'
-    assert [r.split(' | ')[0]
-            for r in rows[4:]] == [f'| {f}' for f in families]
+    table = rows[4:]
+    table = table[:table.index('')] if '' in table else table  # then notes
+    assert [r.split(' | ')[0] for r in table] == [f'| {f}' for f in families]
     for fam in report['families']:
         name = fam['family']
         loader, model, train = fam['loader'], fam['model'], fam['train']
@@ -82,6 +129,8 @@ def test_tiny_run_reports_consistent_figures(tmp_path, fresh_default_scope):
         assert model['threads'] == 1
         # every iteration logged, the warm-up left out
         assert (train['logged'], train['timed']) == (5, 3)
+        assert (train['iters'], train['warmup']) == (5, 2)
+        assert train['queue_batches'] == 2 * train['workers']
         assert train['img_s'] > 0 and 0 <= train['data_share'] <= 1
         # the workers the tool resolved from the config's bounds, said once
         cfg = Config.fromfile(osp.join(ROOT, bench.FAMILIES[name]['config']))
