@@ -124,7 +124,7 @@ export_results() {
     [[ -f $DIR/log.txt ]] && tail -c 4000000 "$DIR/log.txt" > "$OUT/log.txt"
     local files=()
     for f in "$DIR"/*.json "$DIR"/kernels/* "$DIR"/kernels/*/* \
-        "$DIR"/trainpath/*.json \
+        "$DIR"/trainpath/*.json "$DIR"/trainpath/*.part \
         "$DIR"/trainpath/*.md \
         "$BUILD/mmcv_build_time.txt"; do
         [[ -f $f ]] && files+=("$f")
