@@ -190,7 +190,8 @@ DRAIN_PER_QUEUED = 3
 TIMED_ITERS = 25
 
 
-def queue_batches(base: Dict, workers: Optional[int],
+def queue_batches(base: Dict,
+                  workers: Optional[int],
                   cpus: Optional[int] = None) -> int:
     """Batches the run's train loader holds ready before its first step:
     its workers (``workers``, else the config's ``auto_num_workers``
@@ -603,8 +604,7 @@ def run_family(family: str, args, root: str) -> Dict:
         result['model'] = model
         stage('model')
     if 'train' in args.parts:
-        train = measure_train(config, work, plan['warmup'], args,
-                              args.threads)
+        train = measure_train(config, work, plan['warmup'], args, args.threads)
         train.update(plan, queue_batches=queue)
         train['img_s'] = batch / train['s_per_iter']
         train['data_share'] = train['data_s_per_iter'] / train['s_per_iter']

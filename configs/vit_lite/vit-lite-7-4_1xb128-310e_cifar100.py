@@ -96,7 +96,11 @@ val_dataloader = dict(
     dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
+# The parameters with equal options share one optimizer group (DeiT-Ti:
+# 3 groups, not 176, one per parameter): the optimizer's host work per
+# step follows the groups.
 optim_wrapper = dict(
+    constructor='LaPEOptimWrapperConstructor',
     optimizer=dict(type='AdamW', lr=6e-4, weight_decay=0.06, fused=True),
     paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0))
 

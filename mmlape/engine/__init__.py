@@ -8,13 +8,15 @@ from mmengine.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
 from .compile import CompileHook
 from .hooks import AtomicCheckpointHook, WorkDirGuardHook
+from .param_groups import LaPEOptimWrapperConstructor
 from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
 from .strategies import LaPEFSDPStrategy
 
 __all__ = [
     'AtomicCheckpointHook', 'CompileHook', 'InstanceSegTTAModel',
     'LaPEFSDPStrategy', 'LaPELayerDecayOptimWrapperConstructor',
-    'LaPEDeiTCosineLR', 'WorkDirGuardHook', 'deit_epoch_lr'
+    'LaPEDeiTCosineLR', 'LaPEOptimWrapperConstructor', 'WorkDirGuardHook',
+    'deit_epoch_lr'
 ]
 
 

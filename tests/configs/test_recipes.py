@@ -599,3 +599,93 @@ def test_fused_flag_is_dropped_where_torch_has_no_kernel():
     assert 'fused' not in cfg.optim_wrapper.optimizer
     assert note.startswith('optimizer AdamW: torch has no fused kernel for '
                            'plainchip (only [')
+
+
+# ----------------------------------------------------------------------
+# one optimizer group per set of options (LaPEOptimWrapperConstructor)
+def _options(group):
+    return {k: v for k, v in group.items() if k != 'params'}
+
+
+def _per_parameter_twin(path, model):
+    """A copy of ``model`` and the optimizer mmengine's own constructor
+    builds for it from the same config (one group per parameter)."""
+    twin = copy.deepcopy(model)
+    cfg = load(path)
+    assert cfg.optim_wrapper.pop('constructor') == \
+        'LaPEOptimWrapperConstructor'
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        return twin, build_optim_wrapper(twin, cfg.optim_wrapper)
+
+
+@pytest.mark.parametrize('config', [
+    'deit/deit-tiny-lape_4xb256_in1k.py',
+    'vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py'
+])
+def test_parameters_with_equal_options_share_one_group(config):
+    path = osp.join(ROOT, 'configs', config)
+    model, merged = tiny_model(path)
+    twin, per_param = _per_parameter_twin(path, model)
+    groups = per_param.optimizer.param_groups
+    assert len(groups) == len(list(model.parameters()))
+    distinct = []
+    for group in groups:
+        if _options(group) not in distinct:
+            distinct.append(_options(group))
+    # the distinct option sets, in the order they first appear
+    assert [_options(g) for g in merged.optimizer.param_groups] == distinct
+    if config.startswith('deit/'):
+        # decay or not, as the official code; the PE and class token's
+        # custom_keys group also carries mmengine's decay_mult entry
+        assert [g['weight_decay'] for g in distinct] == [0.0, 0.05, 0.0]
+        assert distinct[0]['decay_mult'] == 0.0
+    # every parameter keeps the options mmengine's constructor gives it
+    mine, theirs = groups_by_name(model,
+                                  merged), groups_by_name(twin, per_param)
+    for name, group in mine.items():
+        assert _options(group) == _options(theirs[name]), name
+
+
+def test_one_group_per_option_set_steps_and_resumes_the_same():
+    """Two steps with the merged groups equal two with one group per
+    parameter, bit for bit; an optimizer state saved with one group per
+    parameter (a checkpoint of mmengine's constructor) resumes the merged
+    optimizer, which then steps as the per-parameter one goes on to."""
+    path = osp.join(ROOT, 'configs', 'deit', 'deit-tiny-lape_4xb256_in1k.py')
+    model, merged = tiny_model(path)
+    twin, per_param = _per_parameter_twin(path, model)
+    gen = torch.Generator().manual_seed(0)
+
+    def step(pairs):
+        grads = [
+            torch.randn(p.shape, generator=gen)
+            for p in pairs[0][0].parameters()
+        ]
+        for net, optim in pairs:
+            for p, g in zip(net.parameters(), grads):
+                p.grad = g.clone()
+            optim.step()
+
+    for _ in range(2):
+        step([(model, merged), (twin, per_param)])
+    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
+        assert torch.equal(a, b), name
+    saved = copy.deepcopy(per_param.state_dict())
+    assert len(saved['param_groups']) == len(list(model.parameters()))
+    resumed_model, resumed = tiny_model(path)
+    resumed_model.load_state_dict(model.state_dict())
+    resumed.load_state_dict(saved)
+    assert len(resumed.optimizer.param_groups) == 3
+    for a, b in zip(resumed.optimizer.param_groups,
+                    merged.optimizer.param_groups):
+        assert _options(a) == _options(b)
+    step([(resumed_model, resumed), (twin, per_param), (model, merged)])
+    for (name, a), b, c in zip(resumed_model.named_parameters(),
+                               twin.parameters(), model.parameters()):
+        assert torch.equal(a, b) and torch.equal(a, c), name
+    # the merged state saves and loads as it is
+    resumed.load_state_dict(copy.deepcopy(merged.state_dict()))
+    # a state of another model is refused, as PyTorch refuses it
+    del saved['param_groups'][-1]
+    with pytest.raises(ValueError, match='parameter group'):
+        tiny_model(path)[1].load_state_dict(saved)

@@ -1,0 +1,299 @@
+"""Host work of the training step that the model does not do, in one run:
+the classification configs' choices against mmengine's defaults.
+
+- ``collate``: the data preprocessor on the batch the configs' loaders
+  make, one stacked tensor (``default_collate``), against the list of
+  images mmengine's default collate makes (``pseudo_collate``): the
+  operations it dispatches and its time per batch. mmpretrain's
+  ``ClsDataPreprocessor`` copies, flips, casts and normalises a list one
+  image at a time and a stacked batch in one go, with the same values
+  (``tests/configs/test_loader_configs.py``). The batch is made as the
+  pipelines leave it (``PackInputs``: uint8 images, one label each;
+  pinned on a GPU, as ``pin_memory=True`` pins it), without decoding, and
+  training mode runs the config's Mixup/CutMix as well.
+- ``optimizer``: one step of the config's optimizer (fused AdamW for
+  DeiT) with the parameters whose options are equal in one group
+  (``LaPEOptimWrapperConstructor``, the configs') against one group per
+  parameter (mmengine's ``DefaultOptimWrapperConstructor``): the groups
+  and the time per step. PyTorch's optimizers loop over the groups in
+  Python and launch per group; the updates are the same
+  (``tests/configs/test_recipes.py``).
+
+On a GPU each operation is a kernel launch made by the host, which the
+GPU waits for where the host is behind (mmengine reads the losses every
+iteration, so every step starts with the GPU idle).
+
+Example:
+    python benchmarks/bench_host_overheads.py
+    python benchmarks/bench_host_overheads.py --device cuda --out host.md
+"""
+import argparse
+import copy
+import json
+import os.path as osp
+import platform
+import sys
+from typing import Dict, List
+
+import torch
+
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from timing import fastest  # noqa: E402
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+#: name -> (config, image size); the batch is the config's.
+CONFIGS = {
+    'deit': ('configs/deit/deit-tiny-lape_4xb256_in1k.py', 224),
+    'cifar':
+    ('configs/vit_lite/vit-lite-7-4-lape_1xb128-310e_cifar100.py', 32),
+}
+SECTIONS = ('collate', 'optimizer')
+COLLATES = ('pseudo_collate', 'default_collate')
+#: the optimizer section's cases: mmengine's constructor, the configs'
+GROUPINGS = ('one group per parameter', 'one group per option set')
+
+
+def build_model(config: str, device: torch.device, whole: bool):
+    """The config's classifier (its data preprocessor with the batch
+    augmentations the classifier gives it) and the config; a one-layer
+    backbone unless ``whole``."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    from mmpretrain.utils import register_all_modules
+    register_all_modules(False)
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    model_cfg = copy.deepcopy(cfg.model)
+    model_cfg.data_preprocessor = cfg.data_preprocessor
+    if not whole:
+        model_cfg.backbone.arch = dict(
+            embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=32)
+        model_cfg.head.in_channels = 32
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(model_cfg)
+    return model.to(device), cfg
+
+
+def make_items(batch: int, size: int, classes: int) -> List[Dict]:
+    """``batch`` samples as ``PackInputs`` leaves them."""
+    from mmpretrain.structures import DataSample
+    gen = torch.Generator().manual_seed(0)
+    return [
+        dict(
+            inputs=torch.randint(
+                0, 256, (3, size, size), dtype=torch.uint8, generator=gen),
+            data_samples=DataSample().set_gt_label(i % classes))
+        for i in range(batch)
+    ]
+
+
+class _Count(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ATen operations dispatched inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _sync(device: torch.device):
+    return torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
+
+
+def measure_collate(name: str, args) -> List[Dict]:
+    from mmengine.dataset import default_collate, pseudo_collate
+    from torch.utils.data._utils.pin_memory import pin_memory
+    config, size = CONFIGS[name]
+    device = torch.device(args.device)
+    model, cfg = build_model(config, device, whole=False)
+    prep = model.data_preprocessor
+    batch = args.batch or cfg.train_dataloader.batch_size
+    items = make_items(batch, size, cfg.data_preprocessor.num_classes)
+    batches = {}
+    for collate in COLLATES:
+        fn = default_collate if collate == 'default_collate' else \
+            pseudo_collate
+        data = fn(items)
+        batches[collate] = pin_memory(data) if device.type == 'cuda' else data
+    rows = []
+    for training in (True, False):
+        ops = {}
+        for collate, data in batches.items():
+            count = _Count()
+            with count:
+                prep(data, training)
+            ops[collate] = count.ops
+        times = fastest(
+            {
+                c: (lambda d=d: prep(d, training))
+                for c, d in batches.items()
+            },
+            rounds=args.rounds,
+            warmup=2,
+            iters=args.iters,
+            sync=_sync(device))
+        for collate in COLLATES:
+            rows.append(
+                dict(
+                    section='collate',
+                    config=name,
+                    path=config,
+                    batch=batch,
+                    size=size,
+                    mode='train' if training else 'eval',
+                    case=collate,
+                    ops=ops[collate],
+                    ms=times[collate] * 1e3,
+                    x=times[collate] / times['default_collate']))
+    return rows
+
+
+def measure_optimizer(name: str, args) -> List[Dict]:
+    """One step of the config's optimizer on the config's whole model,
+    its parameters grouped both ways, from the same gradients."""
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+
+    from mmlape.engine.runner_setup import fit_fused_optimizer
+    config, _ = CONFIGS[name]
+    device = torch.device(args.device)
+    model, cfg = build_model(config, device, whole=True)
+    fit_fused_optimizer(cfg, device.type)
+    gen = torch.Generator().manual_seed(0)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=gen).to(device)
+    optimizers = {}
+    for grouping in GROUPINGS:
+        optim_cfg = copy.deepcopy(cfg.optim_wrapper)
+        if grouping == GROUPINGS[0]:
+            optim_cfg.pop('constructor', None)
+        with DefaultScope.overwrite_default_scope('mmpretrain'):
+            optimizers[grouping] = build_optim_wrapper(model,
+                                                       optim_cfg).optimizer
+    times = fastest({
+        g: o.step
+        for g, o in optimizers.items()
+    },
+                    rounds=args.rounds,
+                    warmup=2,
+                    iters=args.iters,
+                    sync=_sync(device))
+    return [
+        dict(
+            section='optimizer',
+            config=name,
+            path=config,
+            optimizer=type(o).__name__ +
+            (' (fused)' if o.defaults.get('fused') else ''),
+            params=sum(1 for _ in model.parameters()),
+            case=g,
+            groups=len(o.param_groups),
+            ms=times[g] * 1e3,
+            x=times[g] / times[GROUPINGS[1]]) for g, o in optimizers.items()
+    ]
+
+
+def markdown(rows: List[Dict], machine: Dict) -> str:
+    lines = [
+        f"{machine['cpu']}, {machine['device']}, torch {machine['torch']} "
+        f"({machine['threads']} threads); fastest of the rounds; x = time "
+        "over the configs' choice's"
+    ]
+    collate = [r for r in rows if r['section'] == 'collate']
+    if collate:
+        lines += [
+            '', '| config | batch | mode | collate | ATen ops | '
+            'ms per batch | x |', '|---|---|---|---|---|---|---|'
+        ]
+        for r in collate:
+            lines.append(f"| {r['config']} ({r['size']}x{r['size']}) | "
+                         f"{r['batch']} | {r['mode']} | {r['case']} | "
+                         f"{r['ops']:,} | {r['ms']:.2f} | {r['x']:.2f} |")
+    optim = [r for r in rows if r['section'] == 'optimizer']
+    if optim:
+        lines += [
+            '', '| config | optimizer | parameters | grouping | groups | '
+            'ms per step | x |', '|---|---|---|---|---|---|---|'
+        ]
+        for r in optim:
+            lines.append(f"| {r['config']} | {r['optimizer']} | "
+                         f"{r['params']} | {r['case']} | {r['groups']} | "
+                         f"{r['ms']:.2f} | {r['x']:.2f} |")
+    return '\n'.join(lines) + '\n'
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        '--sections',
+        default=','.join(SECTIONS),
+        help=f'comma-separated, from {",".join(SECTIONS)} (default: all)')
+    parser.add_argument(
+        '--configs',
+        default=','.join(CONFIGS),
+        help=f'comma-separated, from {",".join(CONFIGS)} (default: all)')
+    parser.add_argument(
+        '--batch',
+        type=int,
+        default=0,
+        help="images per batch of the collate section (default: the "
+        "config's)")
+    parser.add_argument(
+        '--device',
+        default='cpu',
+        help='cpu (default) or cuda: the batch pinned, as the loaders pin '
+        'it')
+    parser.add_argument('--rounds', type=int, default=10)
+    parser.add_argument(
+        '--iters', type=int, default=3, help='calls per timed round')
+    parser.add_argument(
+        '--threads', type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument('--out', help='also write the markdown here')
+    parser.add_argument('--json', help='also write the rows as JSON here')
+    args = parser.parse_args(argv)
+    for key, allowed in (('sections', SECTIONS), ('configs', CONFIGS)):
+        names = [n for n in getattr(args, key).split(',') if n]
+        unknown = sorted(set(names) - set(allowed))
+        if unknown or not names:
+            parser.error(f'--{key}: unknown '
+                         f'{", ".join(unknown) or "(none)"}; choose from '
+                         f'{", ".join(allowed)}')
+        setattr(args, key, names)
+    if args.device.startswith('cuda') and not torch.cuda.is_available():
+        parser.error(f'--device {args.device}: torch sees no CUDA device')
+    return args
+
+
+def main(argv=None) -> List[Dict]:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    measures = dict(collate=measure_collate, optimizer=measure_optimizer)
+    rows = []
+    for section in args.sections:
+        for name in args.configs:
+            rows += measures[section](name, args)
+    machine = dict(
+        cpu=platform.processor() or platform.machine(),
+        device=(torch.cuda.get_device_name()
+                if args.device.startswith('cuda') else 'CPU'),
+        torch=torch.__version__,
+        threads=torch.get_num_threads())
+    text = markdown(rows, machine)
+    print(text)
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(text)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(dict(machine=machine, rows=rows), f, indent=1)
+    return rows
+
+
+if __name__ == '__main__':
+    main()

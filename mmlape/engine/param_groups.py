@@ -1,0 +1,119 @@
+"""One optimizer parameter group per set of options.
+
+mmengine's ``DefaultOptimWrapperConstructor`` gives every parameter a
+group of its own once a config sets ``paramwise_cfg`` (DeiT's recipe does,
+for the weight decay of norms, biases, the PE and the class token): 176
+groups for DeiT-Ti. PyTorch's optimizers loop over the groups in Python
+and launch their kernels per group, fused AdamW included, so every
+training step pays for each group on the host
+(``benchmarks/bench_host_overheads.py``; README "Feeding the GPU").
+:class:`LaPEOptimWrapperConstructor` builds the same
+per-parameter options and then joins the parameters whose options are
+equal into one group, in the order they first appear: every parameter
+keeps its learning rate, weight decay and the rest, and the optimizer
+makes the same update. The DeiT configs get 3 groups (DeiT's official
+code, timm's optimizer factory, has 2, with and without weight decay;
+mmengine keeps a ``decay_mult`` entry in the groups of ``custom_keys``,
+which makes a third).
+
+An optimizer state saved with one group per parameter (by mmengine's
+constructor) still loads: the optimizer regroups it the same way first.
+"""
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
+
+__all__ = ['LaPEOptimWrapperConstructor', 'merge_param_groups']
+
+
+def _options(group: Dict) -> Dict:
+    return {k: v for k, v in group.items() if k != 'params'}
+
+
+def merge_param_groups(groups: List[Dict]) -> List[Dict]:
+    """Join the groups whose options (every key but ``params``) are equal.
+
+    The joined groups come in the order of their first member; within one,
+    the parameters keep their order.
+
+    Example:
+        >>> a, b, c = (nn.Parameter(torch.zeros(1)) for _ in range(3))
+        >>> merged = merge_param_groups([
+        ...     dict(params=[a], weight_decay=0.05),
+        ...     dict(params=[b], weight_decay=0.0),
+        ...     dict(params=[c], weight_decay=0.05)])
+        >>> [(len(g['params']), g['weight_decay']) for g in merged]
+        [(2, 0.05), (1, 0.0)]
+    """
+    merged: List[Dict] = []
+    for group in groups:
+        options = _options(group)
+        for joined in merged:
+            if _options(joined) == options:
+                joined['params'].extend(group['params'])
+                break
+        else:
+            merged.append(dict(options, params=list(group['params'])))
+    return merged
+
+
+def _regroup_state(optimizer: torch.optim.Optimizer,
+                   state_dict: Dict) -> Optional[Dict]:
+    """``load_state_dict`` pre-hook: a state saved with more groups than
+    ``optimizer`` has (one per parameter, by mmengine's constructor) is
+    regrouped as :func:`merge_param_groups` grouped the parameters. The
+    state of each parameter is keyed by its position across the groups,
+    which regrouping changes, so it is renumbered; a state that does not
+    regroup to the optimizer's groups is left to PyTorch's checks."""
+    saved = state_dict['param_groups']
+    if len(saved) <= len(optimizer.param_groups):
+        return None
+    merged = merge_param_groups(saved)
+    if [len(g['params']) for g in merged] != \
+            [len(g['params']) for g in optimizer.param_groups]:
+        return None
+    order = [i for g in merged for i in g['params']]
+    renumber = {old: new for new, old in enumerate(order)}
+    groups = []
+    for group in merged:
+        groups.append(
+            dict(group, params=[renumber[i] for i in group['params']]))
+    state = {
+        renumber[k]: v
+        for k, v in state_dict['state'].items() if k in renumber
+    }
+    return dict(state_dict, state=state, param_groups=groups)
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+class LaPEOptimWrapperConstructor(DefaultOptimWrapperConstructor):
+    """mmengine's default constructor, with the parameters whose options
+    are equal in one group (see the module's docstring).
+
+    Config::
+
+        optim_wrapper = dict(
+            constructor='LaPEOptimWrapperConstructor',
+            optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+            paramwise_cfg=dict(flat_decay_mult=0.0))
+    """
+
+    def add_params(self,
+                   params: List[Dict],
+                   module: nn.Module,
+                   prefix: str = '',
+                   is_dcn_module=None) -> None:
+        if prefix:  # mmengine's recursion into the children
+            super().add_params(params, module, prefix, is_dcn_module)
+            return
+        per_parameter: List[Dict] = []
+        super().add_params(per_parameter, module, prefix, is_dcn_module)
+        params.extend(merge_param_groups(per_parameter))
+
+    def __call__(self, model: nn.Module) -> OptimWrapper:
+        wrapper = super().__call__(model)
+        wrapper.optimizer.register_load_state_dict_pre_hook(_regroup_state)
+        return wrapper

@@ -1,0 +1,55 @@
+"""``benchmarks/bench_host_overheads.py``: the classification data
+preprocessor on a stacked batch against a list of images, and the
+optimizer with one group per option set against one per parameter, in one
+run."""
+import json
+import os.path as osp
+import sys
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
+import bench_host_overheads as bench  # noqa: E402
+
+
+def test_command_line(capsys):
+    args = bench.parse_args([])
+    assert args.configs == list(bench.CONFIGS)
+    assert args.sections == list(bench.SECTIONS)
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--configs', 'deit,nope'])
+    assert 'unknown nope' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--sections', 'loader'])
+    assert '--sections: unknown loader' in capsys.readouterr().err
+
+
+def test_both_sections_in_one_run(tmp_path):
+    out, js = tmp_path / 'h.md', tmp_path / 'h.json'
+    rows = bench.main([
+        '--configs', 'cifar', '--batch', '6', '--rounds', '1', '--iters', '1',
+        '--threads', '1', '--out',
+        str(out), '--json',
+        str(js)
+    ])
+    collate = [r for r in rows if r['section'] == 'collate']
+    assert [(r['mode'], r['case']) for r in collate
+            ] == [(m, c) for m in ('train', 'eval') for c in bench.COLLATES]
+    for mode in ('train', 'eval'):
+        listed, stacked = (r for r in collate if r['mode'] == mode)
+        assert listed['batch'] == stacked['batch'] == 6
+        # a few operations per image against one pass over the batch
+        assert listed['ops'] >= stacked['ops'] + 2 * 6, (listed, stacked)
+        assert stacked['x'] == 1.0 and listed['ms'] > 0
+    per_param, merged = (r for r in rows if r['section'] == 'optimizer')
+    assert (per_param['case'], merged['case']) == bench.GROUPINGS
+    # mmengine's constructor: one group per parameter; the config's: a few
+    assert per_param['groups'] == per_param['params'] > 50
+    assert 1 < merged['groups'] <= 4
+    assert merged['x'] == 1.0 and per_param['ms'] > 0
+    assert per_param['optimizer'] == 'AdamW (fused)'
+    text = out.read_text()
+    assert '| cifar (32x32) | 6 | train | pseudo_collate |' in text
+    assert '| cifar | AdamW (fused) |' in text
+    assert len(json.loads(js.read_text())['rows']) == 6
