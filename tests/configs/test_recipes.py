@@ -62,8 +62,10 @@ SCOPES = {
 ROWS = [r for r in SCOPES if r not in ('repeated augmentation', 'EMA')]
 # (row, how the cell starts) -> what the words claim
 WORDS = {
+    # (LaPEOptimWrapperConstructor only groups the parameters)
     ('layer decay', 'none'):
-    lambda c: 'constructor' not in c['optim_wrapper'],
+    lambda c: 'Decay' not in c['optim_wrapper'].get('constructor', '') and
+    'layer_decay_rate' not in c['optim_wrapper'].get('paramwise_cfg', {}),
     ('pretrained weights', 'none'):
     lambda c: c['model']['backbone'].get('init_cfg') is None and c.get(
         'load_from') is None,
