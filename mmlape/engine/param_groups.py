@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.nn as nn
+from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
@@ -111,7 +112,12 @@ class LaPEOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             return
         per_parameter: List[Dict] = []
         super().add_params(per_parameter, module, prefix, is_dcn_module)
-        params.extend(merge_param_groups(per_parameter))
+        merged = merge_param_groups(per_parameter)
+        params.extend(merged)
+        print_log(
+            f'optimizer: {len(per_parameter)} parameters in {len(merged)} '
+            'groups, one per set of options (LaPEOptimWrapperConstructor)',
+            logger='current')
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         wrapper = super().__call__(model)

@@ -624,9 +624,19 @@ def _per_parameter_twin(path, model):
     'deit/deit-tiny-lape_4xb256_in1k.py',
     'vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py'
 ])
-def test_parameters_with_equal_options_share_one_group(config):
+def test_parameters_with_equal_options_share_one_group(config, monkeypatch):
+    from mmlape.engine import param_groups
+    said = []
+    monkeypatch.setattr(param_groups, 'print_log',
+                        lambda msg, **kwargs: said.append(msg))
     path = osp.join(ROOT, 'configs', config)
     model, merged = tiny_model(path)
+    n = len(list(model.parameters()))
+    groups = len(merged.optimizer.param_groups)
+    assert said == [
+        f'optimizer: {n} parameters in {groups} groups, one per set of '
+        'options (LaPEOptimWrapperConstructor)'
+    ]
     twin, per_param = _per_parameter_twin(path, model)
     groups = per_param.optimizer.param_groups
     assert len(groups) == len(list(model.parameters()))
