@@ -410,6 +410,10 @@ def measure_model(cfg,
     model = revert_sync_batchnorm(MODELS.build(model_cfg))
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     model.to(device).train()
+    if device == 'cuda' and cfg.train_dataloader.get('pin_memory'):
+        # as the run's loader hands it over
+        from torch.utils.data._utils.pin_memory import pin_memory
+        batch = pin_memory(batch)
     if compile_:
         from mmlape.engine.compile import compile_targets
         for module in compile_targets(model, 'auto', cfg.default_scope)[0]:
