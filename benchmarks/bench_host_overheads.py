@@ -30,6 +30,7 @@ Example:
 import argparse
 import copy
 import json
+import logging
 import os.path as osp
 import platform
 import sys
@@ -87,12 +88,17 @@ def make_items(batch: int, size: int, classes: int) -> List[Dict]:
     ]
 
 
-class _Count(torch.utils._python_dispatch.TorchDispatchMode):
-    """Counts the ATen operations dispatched inside it."""
+class OpCount(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ATen operations dispatched inside it (``with OpCount() as
+    count: ...``, then ``count.ops``)."""
 
     def __init__(self):
         super().__init__()
         self.ops = 0
+
+    def __enter__(self):
+        super().__enter__()
+        return self
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
@@ -112,18 +118,24 @@ def measure_collate(name: str, args) -> List[Dict]:
     prep = model.data_preprocessor
     batch = args.batch or cfg.train_dataloader.batch_size
     items = make_items(batch, size, cfg.data_preprocessor.num_classes)
-    batches = {}
-    for collate in COLLATES:
-        fn = default_collate if collate == 'default_collate' else \
-            pseudo_collate
-        data = fn(items)
-        batches[collate] = pin_memory(data) if device.type == 'cuda' else data
+    collates = dict(
+        pseudo_collate=pseudo_collate, default_collate=default_collate)
+
+    def make_batch(collate):
+        # fresh samples, as a loader makes them: the preprocessor writes
+        # the soft targets into the samples it is given
+        data = collates[collate](copy.deepcopy(items))
+        return pin_memory(data) if device.type == 'cuda' else data
+
+    # (timed rounds reuse one batch each; the label work is the same
+    # for both collates)
+    batches = {collate: make_batch(collate) for collate in COLLATES}
     rows = []
     for training in (True, False):
         ops = {}
-        for collate, data in batches.items():
-            count = _Count()
-            with count:
+        for collate in COLLATES:
+            data = make_batch(collate)
+            with OpCount() as count:
                 prep(data, training)
             ops[collate] = count.ops
         times = fastest(
@@ -154,6 +166,7 @@ def measure_collate(name: str, args) -> List[Dict]:
 def measure_optimizer(name: str, args) -> List[Dict]:
     """One step of the config's optimizer on the config's whole model,
     its parameters grouped both ways, from the same gradients."""
+    from mmengine.logging import MMLogger
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import DefaultScope
 
@@ -166,13 +179,19 @@ def measure_optimizer(name: str, args) -> List[Dict]:
     for p in model.parameters():
         p.grad = torch.randn(p.shape, generator=gen).to(device)
     optimizers = {}
-    for grouping in GROUPINGS:
-        optim_cfg = copy.deepcopy(cfg.optim_wrapper)
-        if grouping == GROUPINGS[0]:
-            optim_cfg.pop('constructor', None)
-        with DefaultScope.overwrite_default_scope('mmpretrain'):
-            optimizers[grouping] = build_optim_wrapper(model,
-                                                       optim_cfg).optimizer
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # not every parameter's options
+    try:
+        for grouping in GROUPINGS:
+            optim_cfg = copy.deepcopy(cfg.optim_wrapper)
+            if grouping == GROUPINGS[0]:
+                optim_cfg.pop('constructor', None)
+            with DefaultScope.overwrite_default_scope('mmpretrain'):
+                optimizers[grouping] = build_optim_wrapper(model,
+                                                           optim_cfg).optimizer
+    finally:
+        logger.setLevel(level)
     times = fastest({
         g: o.step
         for g, o in optimizers.items()
@@ -280,7 +299,7 @@ def main(argv=None) -> List[Dict]:
             rows += measures[section](name, args)
     machine = dict(
         cpu=platform.processor() or platform.machine(),
-        device=(torch.cuda.get_device_name()
+        device=(torch.cuda.get_device_name(torch.device(args.device))
                 if args.device.startswith('cuda') else 'CPU'),
         torch=torch.__version__,
         threads=torch.get_num_threads())

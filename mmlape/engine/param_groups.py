@@ -18,6 +18,12 @@ which makes a third).
 
 An optimizer state saved with one group per parameter (by mmengine's
 constructor) still loads: the optimizer regroups it the same way first.
+The parameter schedulers resume their per-group values as saved, matched
+to the groups by position, so such a state is refused, with a message
+that says how to resume it, where the scheduled options (learning rate,
+momentum) of the old and new group at a position differ (e.g. groups
+with different ``lr_mult``). The other way round, a state saved in joined
+groups does not load with mmengine's constructor.
 """
 from typing import Dict, List, Optional
 
@@ -50,7 +56,18 @@ def merge_param_groups(groups: List[Dict]) -> List[Dict]:
         [(2, 0.05), (1, 0.0)]
     """
     merged: List[Dict] = []
+    seen = set()
     for group in groups:
+        for param in group['params']:
+            if id(param) in seen:
+                # one group each, PyTorch refuses this; joined, it would
+                # step the parameter twice
+                raise ValueError(
+                    'a parameter appears in more than one parameter group '
+                    '(one shared by two modules, e.g. tied weights: set '
+                    'paramwise_cfg.bypass_duplicate=True to skip its '
+                    'second name)')
+            seen.add(id(param))
         options = _options(group)
         for joined in merged:
             if _options(joined) == options:
@@ -59,6 +76,10 @@ def merge_param_groups(groups: List[Dict]) -> List[Dict]:
         else:
             merged.append(dict(options, params=list(group['params'])))
     return merged
+
+
+#: Group options that mmengine's parameter schedulers set.
+_SCHEDULED = ('lr', 'initial_lr', 'momentum', 'betas')
 
 
 def _regroup_state(optimizer: torch.optim.Optimizer,
@@ -76,6 +97,22 @@ def _regroup_state(optimizer: torch.optim.Optimizer,
     if [len(g['params']) for g in merged] != \
             [len(g['params']) for g in optimizer.param_groups]:
         return None
+    # mmengine's parameter schedulers resume their own per-group lists
+    # (base values, last values) as saved, one entry per old group, and
+    # zip them with the optimizer's groups: old group j stands for new
+    # group j. That holds only where the scheduled options agree.
+    for j, group in enumerate(merged):
+        for key in _SCHEDULED:
+            if saved[j].get(key) != group.get(key):
+                raise ValueError(
+                    'cannot resume this optimizer state in groups joined by '
+                    'LaPEOptimWrapperConstructor: it was saved with one '
+                    f'group per parameter, and old group {j} has {key}='
+                    f'{saved[j].get(key)!r} where joined group {j} has '
+                    f'{group.get(key)!r}, so the resumed parameter '
+                    'schedulers would give the groups wrong values. Resume '
+                    'with the constructor it was saved with: --cfg-options '
+                    'optim_wrapper.constructor=DefaultOptimWrapperConstructor')
     order = [i for g in merged for i in g['params']]
     renumber = {old: new for new, old in enumerate(order)}
     groups = []

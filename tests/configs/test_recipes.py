@@ -285,8 +285,8 @@ def test_config_follows_the_recipe(path):
 
 # ----------------------------------------------------------------------
 # weight-decay groups against the official rules
-def tiny_model(path):
-    cfg = load(path)
+def tiny_model(path, cfg=None):
+    cfg = cfg or load(path)
     family = family_of(path)
     bb = cfg.model.backbone
     bb.init_cfg = None
@@ -609,11 +609,11 @@ def _options(group):
     return {k: v for k, v in group.items() if k != 'params'}
 
 
-def _per_parameter_twin(path, model):
+def _per_parameter_twin(path, model, cfg=None):
     """A copy of ``model`` and the optimizer mmengine's own constructor
     builds for it from the same config (one group per parameter)."""
     twin = copy.deepcopy(model)
-    cfg = load(path)
+    cfg = copy.deepcopy(cfg or load(path))
     assert cfg.optim_wrapper.pop('constructor') == \
         'LaPEOptimWrapperConstructor'
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
@@ -701,3 +701,54 @@ def test_one_group_per_option_set_steps_and_resumes_the_same():
     del saved['param_groups'][-1]
     with pytest.raises(ValueError, match='parameter group'):
         tiny_model(path)[1].load_state_dict(saved)
+
+
+def test_a_shared_parameter_is_refused_not_stepped_twice():
+    """mmengine's constructor puts a parameter that two modules share into
+    two groups, which PyTorch refuses; joined into one group it would be
+    stepped twice, so the constructor refuses it too, and with
+    bypass_duplicate skips its second name as mmengine does."""
+    import torch.nn as nn
+
+    class Tied(nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+            self.b.weight = self.a.weight
+
+    def build(bypass):
+        return build_optim_wrapper(
+            Tied(),
+            dict(
+                constructor='LaPEOptimWrapperConstructor',
+                optimizer=dict(type='SGD', lr=1., weight_decay=0.1),
+                paramwise_cfg=dict(
+                    bias_decay_mult=0., bypass_duplicate=bypass)))
+
+    with pytest.raises(ValueError, match='more than one parameter group'):
+        build(False)
+    groups = build(True).optimizer.param_groups
+    assert [len(g['params']) for g in groups] == [1, 2]  # weight; 2 biases
+
+
+def test_a_state_whose_schedules_would_not_line_up_is_refused():
+    """mmengine's schedulers resume their per-group values by position; a
+    state saved with one group per parameter whose learning rates differ
+    from the joined groups' at some position is refused with the way to
+    resume it, not resumed with the wrong rates."""
+    path = osp.join(ROOT, 'configs', 'deit', 'deit-tiny-lape_4xb256_in1k.py')
+    cfg = load(path)
+    cfg.optim_wrapper.paramwise_cfg.custom_keys[
+        'patch_embed.proj.bias'] = dict(lr_mult=0.1)
+    model, merged = tiny_model(path, cfg)
+    lrs = [g['lr'] for g in merged.optimizer.param_groups]
+    assert lrs[2] == pytest.approx(0.1 * lrs[0])  # the bias's own group
+    twin, per_param = _per_parameter_twin(path, model, cfg)
+    for p in twin.parameters():
+        p.grad = torch.ones_like(p)
+    per_param.step()
+    with pytest.raises(ValueError, match='cannot resume this optimizer') as e:
+        merged.load_state_dict(copy.deepcopy(per_param.state_dict()))
+    assert 'optim_wrapper.constructor=DefaultOptimWrapperConstructor' in \
+        str(e.value)
