@@ -75,9 +75,10 @@ val_dataloader = dict(
     dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
-# The parameters with equal options share one optimizer group (DeiT-Ti:
-# 3 groups, not 176, one per parameter): the optimizer's host work per
-# step follows the groups.
+# The parameters with equal options share one optimizer group (mmengine's
+# constructor gives each its own; DeiT-Ti: 3 groups instead of 176): the
+# optimizer's host work per step follows the groups (README "Feeding
+# the GPU").
 optim_wrapper = dict(
     constructor='LaPEOptimWrapperConstructor',
     optimizer=dict(type='SGD', lr=0.05, momentum=0.9, weight_decay=5e-4),

@@ -66,9 +66,10 @@ train_dataloader = dict(
 val_dataloader = dict(num_workers=2, pin_memory=True, persistent_workers=True)
 test_dataloader = val_dataloader
 
-# The parameters with equal options share one optimizer group (DeiT-Ti:
-# 3 groups, not 176, one per parameter): the optimizer's host work per
-# step follows the groups.
+# The parameters with equal options share one optimizer group (mmengine's
+# constructor gives each its own; DeiT-Ti: 3 groups instead of 176): the
+# optimizer's host work per step follows the groups (README "Feeding
+# the GPU").
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',

@@ -77,8 +77,10 @@ def test_cpu_demo_configs_load_in_the_training_process():
         cfg = Config.fromfile(path)
         assert cfg.get('auto_num_workers') is None
         assert cfg.train_dataloader.num_workers == 0
+        # the demo takes any images (no resize in its pipeline): mixed
+        # sizes are padded by the preprocessor, as mmpretrain's do
         for name in LOADERS:
-            assert cfg[name].collate_fn == dict(type='default_collate')
+            assert 'collate_fn' not in cfg[name]
 
 
 @pytest.fixture(scope='module')
