@@ -215,32 +215,37 @@ def measure_optimizer(name: str, args) -> List[Dict]:
     ]
 
 
+#: section -> its table's columns and each row's cells
+TABLES = {
+    'collate':
+    (('config', 'batch', 'mode', 'collate', 'ATen ops', 'ms per batch',
+      'x'), lambda r:
+     (f"{r['config']} ({r['size']}x{r['size']})", r['batch'], r['mode'], r[
+         'case'], f"{r['ops']:,}", f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+    'optimizer': (('config', 'optimizer', 'parameters', 'grouping', 'groups',
+                   'ms per step', 'x'), lambda r:
+                  (r['config'], r['optimizer'], r['params'], r['case'], r[
+                      'groups'], f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+}
+
+
 def markdown(rows: List[Dict], machine: Dict) -> str:
     lines = [
         f"{machine['cpu']}, {machine['device']}, torch {machine['torch']} "
         f"({machine['threads']} threads); fastest of the rounds; x = time "
         "over the configs' choice's"
     ]
-    collate = [r for r in rows if r['section'] == 'collate']
-    if collate:
-        lines += [
-            '', '| config | batch | mode | collate | ATen ops | '
-            'ms per batch | x |', '|---|---|---|---|---|---|---|'
-        ]
-        for r in collate:
-            lines.append(f"| {r['config']} ({r['size']}x{r['size']}) | "
-                         f"{r['batch']} | {r['mode']} | {r['case']} | "
-                         f"{r['ops']:,} | {r['ms']:.2f} | {r['x']:.2f} |")
-    optim = [r for r in rows if r['section'] == 'optimizer']
-    if optim:
-        lines += [
-            '', '| config | optimizer | parameters | grouping | groups | '
-            'ms per step | x |', '|---|---|---|---|---|---|---|'
-        ]
-        for r in optim:
-            lines.append(f"| {r['config']} | {r['optimizer']} | "
-                         f"{r['params']} | {r['case']} | {r['groups']} | "
-                         f"{r['ms']:.2f} | {r['x']:.2f} |")
+    for section, (columns, cells) in TABLES.items():
+        found = [r for r in rows if r['section'] == section]
+        if found:
+            lines += [
+                '', '| ' + ' | '.join(columns) + ' |',
+                '|' + '---|' * len(columns)
+            ]
+            lines += [
+                '| ' + ' | '.join(str(c) for c in cells(r)) + ' |'
+                for r in found
+            ]
     return '\n'.join(lines) + '\n'
 
 

@@ -86,10 +86,9 @@ def _regroup_state(optimizer: torch.optim.Optimizer,
                    state_dict: Dict) -> Optional[Dict]:
     """``load_state_dict`` pre-hook: a state saved with more groups than
     ``optimizer`` has (one per parameter, by mmengine's constructor) is
-    regrouped as :func:`merge_param_groups` grouped the parameters. The
-    state of each parameter is keyed by its position across the groups,
-    which regrouping changes, so it is renumbered; a state that does not
-    regroup to the optimizer's groups is left to PyTorch's checks."""
+    regrouped as :func:`merge_param_groups` grouped the parameters; a
+    state that does not regroup to the optimizer's groups is left to
+    PyTorch's checks."""
     saved = state_dict['param_groups']
     if len(saved) <= len(optimizer.param_groups):
         return None
@@ -113,17 +112,10 @@ def _regroup_state(optimizer: torch.optim.Optimizer,
                     'schedulers would give the groups wrong values. Resume '
                     'with the constructor it was saved with: --cfg-options '
                     'optim_wrapper.constructor=DefaultOptimWrapperConstructor')
-    order = [i for g in merged for i in g['params']]
-    renumber = {old: new for new, old in enumerate(order)}
-    groups = []
-    for group in merged:
-        groups.append(
-            dict(group, params=[renumber[i] for i in group['params']]))
-    state = {
-        renumber[k]: v
-        for k, v in state_dict['state'].items() if k in renumber
-    }
-    return dict(state_dict, state=state, param_groups=groups)
+    # PyTorch pairs the saved parameter ids with the optimizer's parameters
+    # in group order, so the joined groups' ids find their parameters and
+    # the state keyed by them as they are
+    return dict(state_dict, param_groups=merged)
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
