@@ -11,6 +11,13 @@ the classification configs' choices against mmengine's defaults.
   pipelines leave it (``PackInputs``: uint8 images, one label each;
   pinned on a GPU, as ``pin_memory=True`` pins it), without decoding, and
   training mode runs the config's Mixup/CutMix as well.
+- ``labels``: the configs' data preprocessor (``LaPEClsDataPreprocessor``)
+  against mmpretrain's ``ClsDataPreprocessor`` on the stacked batch:
+  mmpretrain's makes the one-hot targets and the labels sample by sample
+  (a reduction and two slices each), the configs' in one go for the whole
+  batch, with the same values (``tests/engine/test_cls_preprocessor.py``).
+  The images are small (:data:`LABEL_IMAGE_SIZE`): both run mmpretrain's
+  code on them, and what differs is the labels' work.
 - ``optimizer``: one step of the config's optimizer (fused AdamW for
   DeiT) with the parameters whose options are equal in one group
   (``LaPEOptimWrapperConstructor``, the configs') against one group per
@@ -48,8 +55,12 @@ CONFIGS = {
     'cifar':
     ('configs/vit_lite/vit-lite-7-4-lape_1xb128-310e_cifar100.py', 32),
 }
-SECTIONS = ('collate', 'optimizer')
+SECTIONS = ('collate', 'labels', 'optimizer')
 COLLATES = ('pseudo_collate', 'default_collate')
+#: the labels section's cases: mmpretrain's preprocessor, the configs'
+PREPROCESSORS = ('ClsDataPreprocessor', 'LaPEClsDataPreprocessor')
+#: the labels section's image size (the images are not what differs)
+LABEL_IMAGE_SIZE = 8
 #: the optimizer section's cases: mmengine's constructor, the configs'
 GROUPINGS = ('one group per parameter', 'one group per option set')
 
@@ -163,6 +174,83 @@ def measure_collate(name: str, args) -> List[Dict]:
     return rows
 
 
+def host_preprocessor(cfg, device: torch.device):
+    """mmpretrain's ``ClsDataPreprocessor`` with the config's settings
+    and batch augmentations (as mmpretrain's classifier gives them)."""
+    from mmpretrain.models.utils import ClsDataPreprocessor
+    kwargs = {
+        k: v
+        for k, v in cfg.data_preprocessor.items()
+        if k not in ('type', 'non_blocking')
+    }
+    train_cfg = cfg.model.get('train_cfg')
+    if train_cfg is not None and 'augments' in train_cfg:
+        kwargs['batch_augments'] = copy.deepcopy(train_cfg)
+    return ClsDataPreprocessor(**kwargs).to(device)
+
+
+def measure_labels(name: str, args) -> List[Dict]:
+    from mmengine.dataset import default_collate
+    from torch.utils.data._utils.pin_memory import pin_memory
+    config, _ = CONFIGS[name]
+    device = torch.device(args.device)
+    model, cfg = build_model(config, device, whole=False)
+    preps = dict(
+        zip(PREPROCESSORS,
+            (host_preprocessor(cfg, device), model.data_preprocessor)))
+    assert type(preps[PREPROCESSORS[1]]).__name__ == PREPROCESSORS[1], \
+        f'{config} does not name {PREPROCESSORS[1]}'
+    batch = args.batch or cfg.train_dataloader.batch_size
+    items = make_items(batch, LABEL_IMAGE_SIZE,
+                       cfg.data_preprocessor.num_classes)
+
+    def make_batch():
+        data = default_collate(copy.deepcopy(items))
+        return pin_memory(data) if device.type == 'cuda' else data
+
+    # every call gets fresh samples, made before its block: the
+    # preprocessors write the targets into the samples, and a sample that
+    # holds one takes another path
+    fresh: Dict[str, List] = {case: [] for case in preps}
+
+    def refill(case):
+        fresh[case][:] = [make_batch() for _ in range(args.iters)]
+
+    rows = []
+    for training in (True, False):
+        ops = {}
+        for case, prep in preps.items():
+            data = make_batch()
+            with OpCount() as count:
+                prep(data, training)
+            ops[case] = count.ops
+        times = fastest(
+            {
+                case: (lambda c=case, p=p: p(fresh[c].pop(), training))
+                for case, p in preps.items()
+            },
+            rounds=args.rounds,
+            warmup=2,
+            iters=args.iters,
+            setups={case: (lambda c=case: refill(c))
+                    for case in preps},
+            sync=_sync(device))
+        for case in preps:
+            rows.append(
+                dict(
+                    section='labels',
+                    config=name,
+                    path=config,
+                    batch=batch,
+                    size=LABEL_IMAGE_SIZE,
+                    mode='train' if training else 'eval',
+                    case=case,
+                    ops=ops[case],
+                    ms=times[case] * 1e3,
+                    x=times[case] / times[PREPROCESSORS[1]]))
+    return rows
+
+
 def measure_optimizer(name: str, args) -> List[Dict]:
     """One step of the config's optimizer on the config's whole model,
     its parameters grouped both ways, from the same gradients."""
@@ -222,6 +310,11 @@ TABLES = {
       'x'), lambda r:
      (f"{r['config']} ({r['size']}x{r['size']})", r['batch'], r['mode'], r[
          'case'], f"{r['ops']:,}", f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+    'labels':
+    (('config', 'batch', 'mode', 'preprocessor', 'ATen ops', 'ms per batch',
+      'x'), lambda r:
+     (f"{r['config']} ({r['size']}x{r['size']})", r['batch'], r['mode'], r[
+         'case'], f"{r['ops']:,}", f"{r['ms']:.2f}", f"{r['x']:.2f}")),
     'optimizer': (('config', 'optimizer', 'parameters', 'grouping', 'groups',
                    'ms per step', 'x'), lambda r:
                   (r['config'], r['optimizer'], r['params'], r['case'], r[
@@ -265,8 +358,8 @@ def parse_args(argv=None):
         '--batch',
         type=int,
         default=0,
-        help="images per batch of the collate section (default: the "
-        "config's)")
+        help="images per batch of the collate and labels sections "
+        "(default: the config's)")
     parser.add_argument(
         '--device',
         default='cpu',
@@ -297,7 +390,10 @@ def main(argv=None) -> List[Dict]:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    measures = dict(collate=measure_collate, optimizer=measure_optimizer)
+    measures = dict(
+        collate=measure_collate,
+        labels=measure_labels,
+        optimizer=measure_optimizer)
     rows = []
     for section in args.sections:
         for name in args.configs:

@@ -1,8 +1,9 @@
 """Training parts, registered into mmengine's root registries.
 
-The layer-decay constructor (on mmpretrain's) and the TTA model (on
-mmdet's) are registered as factories, so that ``import mmlape`` imports no
-host task library until a config builds them.
+The layer-decay constructor and the classification data preprocessor (on
+mmpretrain's) and the TTA model (on mmdet's) are registered as factories,
+so that ``import mmlape`` imports no host task library until a config
+builds them.
 """
 from mmengine.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
@@ -14,9 +15,9 @@ from .strategies import LaPEFSDPStrategy
 
 __all__ = [
     'AtomicCheckpointHook', 'CompileHook', 'InstanceSegTTAModel',
-    'LaPEFSDPStrategy', 'LaPELayerDecayOptimWrapperConstructor',
-    'LaPEDeiTCosineLR', 'LaPEOptimWrapperConstructor', 'WorkDirGuardHook',
-    'deit_epoch_lr'
+    'LaPEClsDataPreprocessor', 'LaPEFSDPStrategy',
+    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
+    'LaPEOptimWrapperConstructor', 'WorkDirGuardHook', 'deit_epoch_lr'
 ]
 
 
@@ -26,6 +27,14 @@ def _build_layer_decay_constructor(**kwargs):
     """Build :class:`LaPELayerDecayOptimWrapperConstructor` from a config."""
     from .optim import LaPELayerDecayOptimWrapperConstructor
     return LaPELayerDecayOptimWrapperConstructor(**kwargs)
+
+
+@MODELS.register_module(name='LaPEClsDataPreprocessor')
+def _build_cls_data_preprocessor(**kwargs):
+    """Build :class:`LaPEClsDataPreprocessor` (mmpretrain's, with a
+    batch's labels handled in one go) from a config."""
+    from .cls_preprocessor import LaPEClsDataPreprocessor
+    return LaPEClsDataPreprocessor(**kwargs)
 
 
 @MODELS.register_module(name='InstanceSegTTAModel')
@@ -40,6 +49,9 @@ def __getattr__(name: str):
     if name == 'LaPELayerDecayOptimWrapperConstructor':
         from .optim import LaPELayerDecayOptimWrapperConstructor
         return LaPELayerDecayOptimWrapperConstructor
+    if name == 'LaPEClsDataPreprocessor':
+        from .cls_preprocessor import LaPEClsDataPreprocessor
+        return LaPEClsDataPreprocessor
     if name == 'InstanceSegTTAModel':
         from .tta import InstanceSegTTAModel
         return InstanceSegTTAModel

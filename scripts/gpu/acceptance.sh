@@ -30,7 +30,8 @@
 #                beside the model-only step and the loader; its tables in
 #                trainpath/) and `host` (benchmarks/bench_host_overheads.py
 #                on the GPU: the data preprocessor on a stacked batch and on
-#                a list, the optimizer's groups; its table in host/)
+#                a list, the configs' preprocessor against mmpretrain's, the
+#                optimizer's groups; its table in host/)
 #                (default: host trainpath kernels deit compile dist adapter
 #                segmenter msda)
 #   KERNEL_STEPS which timm steps `kernels` times after the kernels, each in
@@ -99,7 +100,8 @@ kernels() {
 
 host() {
     # the host work around the model: the data preprocessor on a stacked
-    # batch against a list, the optimizer's groups
+    # batch against a list, the configs' preprocessor against mmpretrain's,
+    # the optimizer's groups
     local h=$DIR/host
     mkdir -p "$h"
     "$PY" benchmarks/bench_host_overheads.py --device cuda --out "$h/host.md" \

@@ -62,6 +62,11 @@ def test_gpu_config_loaders(path):
     for name in LOADERS:
         collate = cfg[name].get('collate_fn', dict(type='pseudo_collate'))
         assert collate == dict(type=want), name
+    # one label an image: the batch's targets in one go, and the pinned
+    # batch copied without waiting (tests/engine/test_cls_preprocessor.py)
+    if family != 'dense':
+        assert cfg.data_preprocessor.type == 'LaPEClsDataPreprocessor'
+        assert cfg.data_preprocessor.non_blocking is True
     # a crowded node gets the floor, a node with many CPUs the ceiling
     for cpus, want in ((2, floor), (400, ceiling)):
         run = copy.deepcopy(cfg)

@@ -21,8 +21,8 @@ HOSTS = ('mmpretrain', 'mmdet', 'mmseg')
 @pytest.mark.slow
 def test_import_mmlape_imports_no_host_library():
     """``import mmlape`` registers everything but imports no host task
-    library; the lazily registered optimizer constructor imports mmpretrain
-    only when it is built."""
+    library; the lazily registered optimizer constructor and data
+    preprocessor import mmpretrain only when they are built."""
     code = textwrap.dedent(f'''
         import sys
         import mmlape
@@ -41,6 +41,9 @@ def test_import_mmlape_imports_no_host_library():
             paramwise_cfg=dict(layer_decay_rate=0.9)))
         assert type(constructor).__name__ == name
         assert 'mmpretrain' in sys.modules
+        assert 'LaPEClsDataPreprocessor' in MODELS.module_dict
+        prep = MODELS.build(dict(type='LaPEClsDataPreprocessor'))
+        assert type(prep).__name__ == 'LaPEClsDataPreprocessor'
         print('ok')
         ''')
     out = run([sys.executable, '-c', code])
@@ -158,6 +161,10 @@ def test_layer_decay_constructor_class_is_importable():
     from mmlape.engine.optim import \
         LaPELayerDecayOptimWrapperConstructor as direct
     assert LaPELayerDecayOptimWrapperConstructor is direct
+    from mmlape.engine import LaPEClsDataPreprocessor
+    from mmlape.engine.cls_preprocessor import \
+        LaPEClsDataPreprocessor as direct_prep
+    assert LaPEClsDataPreprocessor is direct_prep
     import mmlape.engine
     with pytest.raises(AttributeError, match='no attribute'):
         mmlape.engine.Nope

@@ -1,7 +1,7 @@
 """``benchmarks/bench_host_overheads.py``: the classification data
-preprocessor on a stacked batch against a list of images, and the
-optimizer with one group per option set against one per parameter, in one
-run."""
+preprocessor on a stacked batch against a list of images, the configs'
+preprocessor against mmpretrain's, and the optimizer with one group per
+option set against one per parameter, in one run."""
 import json
 import os.path as osp
 import sys
@@ -25,7 +25,7 @@ def test_command_line(capsys):
     assert '--sections: unknown loader' in capsys.readouterr().err
 
 
-def test_both_sections_in_one_run(tmp_path):
+def test_every_section_in_one_run(tmp_path):
     out, js = tmp_path / 'h.md', tmp_path / 'h.json'
     rows = bench.main([
         '--configs', 'cifar', '--batch', '6', '--rounds', '1', '--iters', '1',
@@ -42,6 +42,16 @@ def test_both_sections_in_one_run(tmp_path):
         # a few operations per image against one pass over the batch
         assert listed['ops'] >= stacked['ops'] + 2 * 6, (listed, stacked)
         assert stacked['x'] == 1.0 and listed['ms'] > 0
+    labels = [r for r in rows if r['section'] == 'labels']
+    assert [(r['mode'], r['case']) for r in labels] == [
+        (m, c) for m in ('train', 'eval') for c in bench.PREPROCESSORS
+    ]
+    for mode in ('train', 'eval'):
+        host, ours = (r for r in labels if r['mode'] == mode)
+        assert host['batch'] == ours['batch'] == 6
+        # a reduction and two slices an image against a fixed few
+        assert host['ops'] >= ours['ops'] + 3 * 6, (host, ours)
+        assert ours['x'] == 1.0 and host['ms'] > 0
     per_param, merged = (r for r in rows if r['section'] == 'optimizer')
     assert (per_param['case'], merged['case']) == bench.GROUPINGS
     # mmengine's constructor: one group per parameter; the config's: a few
@@ -52,4 +62,5 @@ def test_both_sections_in_one_run(tmp_path):
     text = out.read_text()
     assert '| cifar (32x32) | 6 | train | pseudo_collate |' in text
     assert '| cifar | AdamW (fused) |' in text
-    assert len(json.loads(js.read_text())['rows']) == 6
+    assert ('| cifar (8x8) | 6 | eval | LaPEClsDataPreprocessor |' in text)
+    assert len(json.loads(js.read_text())['rows']) == 10
