@@ -175,8 +175,9 @@ def measure_collate(name: str, args) -> List[Dict]:
 
 
 def host_preprocessor(cfg, device: torch.device):
-    """mmpretrain's ``ClsDataPreprocessor`` with the config's settings
-    and batch augmentations (as mmpretrain's classifier gives them)."""
+    """mmpretrain's ``ClsDataPreprocessor`` with the config's settings,
+    its copy to the device included, and batch augmentations (as
+    mmpretrain's classifier gives them)."""
     from mmpretrain.models.utils import ClsDataPreprocessor
     kwargs = {
         k: v
@@ -186,7 +187,11 @@ def host_preprocessor(cfg, device: torch.device):
     train_cfg = cfg.model.get('train_cfg')
     if train_cfg is not None and 'augments' in train_cfg:
         kwargs['batch_augments'] = copy.deepcopy(train_cfg)
-    return ClsDataPreprocessor(**kwargs).to(device)
+    prep = ClsDataPreprocessor(**kwargs).to(device)
+    # the config's copy (mmengine's option, which mmpretrain's does not
+    # take as an argument): only the labels' work differs
+    prep._non_blocking = bool(cfg.data_preprocessor.get('non_blocking'))
+    return prep
 
 
 def measure_labels(name: str, args) -> List[Dict]:

@@ -409,6 +409,9 @@ def measure_model(cfg,
         model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
     model = revert_sync_batchnorm(MODELS.build(model_cfg))
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    # as the run's runner sets it
+    torch.backends.cudnn.benchmark = bool(
+        cfg.get('env_cfg', {}).get('cudnn_benchmark', False))
     model.to(device).train()
     if device == 'cuda' and cfg.train_dataloader.get('pin_memory'):
         # as the run's loader hands it over

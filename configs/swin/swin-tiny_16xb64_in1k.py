@@ -50,6 +50,10 @@ test_dataloader = val_dataloader
 # the pinned batch copied to the GPU while the host makes them.
 data_preprocessor = dict(type='LaPEClsDataPreprocessor', non_blocking=True)
 
+# cuDNN picks its fastest convolution algorithms for the one input size,
+# as the official training scripts set it (mmpretrain's default: False).
+env_cfg = dict(cudnn_benchmark=True)
+
 # The parameters with equal options share one optimizer group (mmengine's
 # constructor gives each its own; DeiT-Ti: 3 groups instead of 176): the
 # optimizer's host work per step follows the groups (README "Feeding

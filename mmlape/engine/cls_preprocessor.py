@@ -20,9 +20,10 @@ the same order, so they draw the same random numbers. Any other batch
 samples) goes through mmpretrain's code unchanged.
 
 With ``non_blocking=True`` (the GPU classification configs, whose
-loaders pin their batches) the batch is copied to the GPU without the
-host waiting for the copy: the host prepares the labels while the images
-travel.
+loaders pin their batches, as the official DeiT, LaPE, CeiT and Swin
+training loops copy theirs) the images are copied to the GPU without the
+host waiting for the copy: the host goes on to the labels and the
+model's first kernels while the images travel.
 """
 from numbers import Number
 from typing import List, Optional, Sequence
@@ -112,16 +113,16 @@ class LaPEClsDataPreprocessor(ClsDataPreprocessor):
         num_classes = self.num_classes or samples[0].get('num_classes')
         if self.to_onehot and num_classes is None:
             return super().forward(data, training)  # its message says why
-        # the labels first: their copy is queued before the images', and
-        # the host makes the targets while the images travel
+        # the images by mmpretrain's code (their copy does not hold the
+        # host with non_blocking), then the labels, in mmpretrain's order
+        inputs = super().forward({'inputs': data['inputs']},
+                                 training)['inputs']
         batch_label = torch.cat([s.gt_label for s in samples]).to(
             self.device, non_blocking=self._non_blocking)
         batch_score = None
         if self.to_onehot:
             # a sample's one-hot row, as mmpretrain's sum over its one label
             batch_score = F.one_hot(batch_label, num_classes)
-        inputs = super().forward({'inputs': data['inputs']},
-                                 training)['inputs']
         if (training and self.batch_augments is not None
                 and batch_score is not None):
             inputs, batch_score = self.batch_augments(inputs, batch_score)

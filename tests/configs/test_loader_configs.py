@@ -67,6 +67,9 @@ def test_gpu_config_loaders(path):
     if family != 'dense':
         assert cfg.data_preprocessor.type == 'LaPEClsDataPreprocessor'
         assert cfg.data_preprocessor.non_blocking is True
+        # one input size: cuDNN's fastest algorithms, as the official
+        # scripts (mmseg's configs have it too; mmdet's sizes vary)
+        assert cfg.env_cfg.cudnn_benchmark is True
     # a crowded node gets the floor, a node with many CPUs the ceiling
     for cpus, want in ((2, floor), (400, ceiling)):
         run = copy.deepcopy(cfg)

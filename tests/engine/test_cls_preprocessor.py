@@ -65,6 +65,7 @@ def _assert_same(a, b):
     assert len(out_a['data_samples']) == len(out_b['data_samples'])
     for x, y in zip(out_a['data_samples'], out_b['data_samples']):
         assert set(x.keys()) == set(y.keys())
+        assert x.metainfo == y.metainfo  # e.g. num_classes, set with a score
         for key in ('gt_label', 'gt_score'):
             if key in x:
                 assert x.get(key).dtype == y.get(key).dtype, key
@@ -132,6 +133,43 @@ def test_same_as_mmpretrain(kwargs, training):
             _run(ours, collate(copy.deepcopy(items)), training))
 
 
+@pytest.mark.parametrize('to_onehot', [True, False])
+def test_label_dtypes_and_classes_from_the_samples(to_onehot):
+    """Labels of another integer dtype keep it (one-hot needs int64, in
+    both); ``num_classes`` comes from the samples' metainfo when the
+    preprocessor has none."""
+    items = _items(4)
+    for item in items:
+        item['data_samples'].set_metainfo(dict(num_classes=5))
+    host, ours = _pair(to_onehot=to_onehot)
+    _assert_same(
+        _run(host, default_collate(copy.deepcopy(items)), True),
+        _run(ours, default_collate(copy.deepcopy(items)), True))
+    for item in items:
+        label = item['data_samples'].gt_label
+        item['data_samples'].set_gt_label(label.to(torch.int32))
+    if to_onehot:
+        for prep in (host, ours):
+            with pytest.raises(RuntimeError, match='LongTensor'):
+                prep(default_collate(copy.deepcopy(items)), True)
+    else:
+        out = _run(ours, default_collate(copy.deepcopy(items)), True)
+        assert out[0]['data_samples'][0].gt_label.dtype == torch.int32
+        _assert_same(
+            _run(host, default_collate(copy.deepcopy(items)), True), out)
+
+
+@pytest.mark.parametrize('label', [5, -1])
+def test_bad_label_values_fail_as_in_mmpretrain(label):
+    items = _items(3, labels=[0, label, 1])
+    errors = []
+    for prep in _pair(num_classes=5, to_onehot=True):
+        with pytest.raises(RuntimeError) as err:
+            prep(default_collate(copy.deepcopy(items)), True)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1] and 'Class values' in errors[0], errors
+
+
 def test_operations_do_not_grow_with_the_batch():
     """mmpretrain's preprocessor dispatches a reduction and two slices per
     image; this one a fixed number of operations per batch."""
@@ -151,17 +189,20 @@ def test_operations_do_not_grow_with_the_batch():
     assert ops['ours', 12] < ops['host', 3], ops
 
 
-@pytest.mark.parametrize('case', ['multi-label', 'soft-label', 'no-label'])
+@pytest.mark.parametrize(
+    'case', ['multi-label', 'soft-label', 'one-soft-label', 'no-label'])
 def test_other_batches_take_mmpretrains_code(case):
-    """Several labels a sample, soft labels from the dataset, samples
-    without labels (inference): mmpretrain's code runs, with its
-    result."""
+    """Several labels a sample, soft labels from the dataset (for every
+    sample or one), samples without labels (inference): mmpretrain's code
+    runs, with its result."""
     items = _items(4)
     if case == 'multi-label':
         items[1]['data_samples'].set_gt_label([1, 3])
     elif case == 'soft-label':
         for item in items:
             item['data_samples'].set_gt_score(torch.rand(5))
+    elif case == 'one-soft-label':
+        items[2]['data_samples'].set_gt_score(torch.rand(5))
     else:
         for item in items:
             item['data_samples'] = DataSample()
@@ -178,6 +219,22 @@ def test_other_batches_take_mmpretrains_code(case):
     host_forward.assert_called_once()
     assert 'data_samples' in host_forward.call_args.args[1]
     _assert_same(_run(host, default_collate(copy.deepcopy(items)), True), got)
+
+
+@pytest.mark.parametrize('case', ['later-unlabelled', 'empty'])
+def test_broken_batches_fail_as_in_mmpretrain(case):
+    items = _items(3)
+    if case == 'later-unlabelled':
+        items[2]['data_samples'] = DataSample()
+        data = default_collate(items)
+    else:
+        data = dict(inputs=torch.zeros(0, 3, 8, 8), data_samples=[])
+    errors = []
+    for prep in _pair(num_classes=5, to_onehot=True):
+        with pytest.raises(Exception) as err:
+            prep(copy.deepcopy(data), True)
+        errors.append((type(err.value), str(err.value)))
+    assert errors[0] == errors[1], errors
 
 
 def test_missing_num_classes_fails_as_in_mmpretrain():
