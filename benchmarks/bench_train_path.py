@@ -17,6 +17,14 @@ in ImageNet's layout, COCO at 640x480, ADE20K at 683x512 with label PNGs;
   memory; the
   fastest of ``--model-steps`` steps after a warm-up, in wall time (and
   in CPU time, for the bound below).
+- **profile** (``--profile-steps N``): ``N`` more model-only steps under
+  ``torch.profiler``, each ended by a synchronisation as the training
+  loop's reading of the loss ends an iteration: the wall time per step,
+  how much of it the GPU is busy (the union of its kernels' intervals),
+  the process's CPU time, and the operations that take the most host and
+  device time (the whole table in ``<work root>/<family>-profile.txt``).
+  Where the GPU idles for a large share of the step, the host is what
+  the step waits for, and the host rows say on what.
 - **train**: ``tools/train.py CONFIG --no-validate`` on the generated
   data for ``--iters`` iterations with the workers the config sets
   (``auto_num_workers`` resolved by the tool); images per second from the
@@ -393,12 +401,15 @@ def measure_model(cfg,
                   steps: int,
                   warmup: int,
                   amp: bool,
-                  compile_: bool = False) -> Dict:
+                  compile_: bool = False,
+                  profile_steps: int = 0,
+                  profile_path: Optional[str] = None) -> Dict:
     """Seconds per ``train_step`` of the config's model on ``batch``: the
     fastest of ``steps`` after ``warmup``, in wall time and in this
     process's CPU time; with ``compile_`` the model is compiled as
     ``--compile`` compiles it (:class:`~mmlape.engine.CompileHook`'s
-    targets, inductor)."""
+    targets, inductor). With ``profile_steps``, that many more steps are
+    profiled (:func:`profile_steps_of`; the table to ``profile_path``)."""
     import torch
     from mmengine.logging import MMLogger
     from mmengine.model import revert_sync_batchnorm
@@ -442,12 +453,95 @@ def measure_model(cfg,
         if i >= warmup:
             walls.append(time.perf_counter() - wall)
             cpus.append(time.process_time() - cpu)
-    return dict(
+    result = dict(
         steps=steps,
         s_per_step=min(walls),
         cpu_s_per_step=min(cpus),
         threads=torch.get_num_threads(),
         device=device)
+    if profile_steps:
+        result['profile'] = profile_steps_of(
+            lambda: model.train_step(batch, optim), profile_steps, sync,
+            profile_path)
+    return result
+
+
+#: Rows of each list of the profile: the operations that take the most
+#: host time, and device time.
+PROFILE_TOP = 12
+
+
+def _device_busy_us(events) -> Optional[float]:
+    """Microseconds in which at least one device kernel ran: the union of
+    the device events' intervals (None without device events)."""
+    from torch.autograd import DeviceType
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events
+                   if e.device_type != DeviceType.CPU)
+    if not spans:
+        return None
+    busy, (start, end) = 0.0, spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            busy, start, end = busy + end - start, s, e
+        else:
+            end = max(end, e)
+    return busy + end - start
+
+
+def _self_device_us(event) -> float:
+    # (the name in torch >= 2.4; self_cuda_time_total before)
+    return getattr(event, 'self_device_time_total',
+                   getattr(event, 'self_cuda_time_total', 0.0))
+
+
+def profile_steps_of(step: Callable[[], object],
+                     steps: int,
+                     sync: Callable[[], None],
+                     path: Optional[str] = None) -> Dict:
+    """``steps`` calls of ``step`` under ``torch.profiler``, each followed
+    by ``sync()``: the wall and CPU time per step, the device's busy time
+    per step (None on the CPU), and the operations that take the most
+    self host time and self device time, per step. ``path`` gets the
+    profiler's whole table."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    sync()
+    with profile(activities=activities) as prof:
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            step()
+            sync()
+        wall = time.perf_counter() - wall
+        cpu = time.process_time() - cpu
+    table = prof.key_averages()
+    busy = _device_busy_us(prof.events())
+
+    def top(key: Callable, unit: str) -> List[Dict]:
+        rows = sorted((e for e in table if key(e) > 0), key=key, reverse=True)
+        return [
+            dict(
+                name=e.key,
+                calls_per_step=e.count / steps,
+                **{f'{unit}_ms_per_step': key(e) / 1e3 / steps})
+            for e in rows[:PROFILE_TOP]
+        ]
+
+    if path:
+        sort = 'self_device_time_total' if busy is not None else \
+            'self_cpu_time_total'
+        with open(path, 'w') as f:
+            f.write(table.table(sort_by=sort, row_limit=60))
+    return dict(
+        steps=steps,
+        wall_ms_per_step=wall * 1e3 / steps,
+        cpu_ms_per_step=cpu * 1e3 / steps,
+        device_busy_ms_per_step=None if busy is None else busy / 1e3 / steps,
+        host_top=top(lambda e: e.self_cpu_time_total, 'host'),
+        device_top=top(_self_device_us, 'device') if busy is not None else [],
+        table=path)
 
 
 def read_train_log(work_dir: str, warmup: int) -> Dict:
@@ -604,8 +698,15 @@ def run_family(family: str, args, root: str) -> Dict:
     result['loader'] = loader
     stage('loader')
     if 'model' in args.parts:
-        model = measure_model(cfg, held, args.model_steps, args.model_warmup,
-                              args.amp, args.compile)
+        model = measure_model(
+            cfg,
+            held,
+            args.model_steps,
+            args.model_warmup,
+            args.amp,
+            args.compile,
+            profile_steps=args.profile_steps,
+            profile_path=osp.join(root, f'{family}-profile.txt'))
         model['batch'] = _batch_len(held)
         model['img_s'] = model['batch'] / model['s_per_step']
         result['model'] = model
@@ -690,6 +791,7 @@ def markdown(report: Dict) -> str:
             if limit else '-'
         ]
         lines.append('| ' + ' | '.join(cells) + ' |')
+    lines += profile_markdown(report)
     undrained = [
         f['family'] for f in report['families']
         if f.get('bound', {}).get('train_over_bound', 0) > 1.02
@@ -702,6 +804,45 @@ def markdown(report: Dict) -> str:
             'longer --warmup.'
         ]
     return '\n'.join(lines) + '\n'
+
+
+def profile_markdown(report: Dict) -> List[str]:
+    """The profiled model-only steps: one row per family, then each
+    family's top host and device operations."""
+    profiled = [(f['family'], f['model']['profile'])
+                for f in report['families'] if 'profile' in f.get('model', {})]
+    if not profiled:
+        return []
+    lines = [
+        '', 'Model-only steps under torch.profiler (each ended by a '
+        'synchronisation, as the loop\'s reading of the loss ends an '
+        'iteration):', '',
+        '| family | steps | wall ms/step | GPU busy ms/step | GPU idle | '
+        'process CPU ms/step |', '|---|---|---|---|---|---|'
+    ]
+    for family, prof in profiled:
+        busy = prof['device_busy_ms_per_step']
+        idle = '-' if busy is None else \
+            f"{1 - busy / prof['wall_ms_per_step']:.0%}"
+        lines.append(f"| {family} | {prof['steps']} | "
+                     f"{prof['wall_ms_per_step']:.2f} | "
+                     f"{'-' if busy is None else f'{busy:.2f}'} | {idle} | "
+                     f"{prof['cpu_ms_per_step']:.2f} |")
+    for family, prof in profiled:
+        for kind in ('host', 'device'):
+            rows = prof[f'{kind}_top']
+            if not rows:
+                continue
+            lines += [
+                '', f'{family}, the operations with the most self {kind} '
+                'time:', '', f'| operation | calls/step | {kind} ms/step |',
+                '|---|---|---|'
+            ]
+            lines += [
+                f"| `{r['name'][:80]}` | {r['calls_per_step']:g} | "
+                f"{r[f'{kind}_ms_per_step']:.3f} |" for r in rows
+            ]
+    return lines
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -761,6 +902,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         type=int,
         default=1,
         help='untimed model-only steps first (1)')
+    parser.add_argument(
+        '--profile-steps',
+        type=int,
+        default=0,
+        help='model-only steps profiled after the timed ones, with the '
+        "GPU's busy time and the top host and device operations (0: none)")
     parser.add_argument(
         '--max-batch',
         type=int,

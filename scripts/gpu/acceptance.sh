@@ -27,8 +27,9 @@
 #                steps (--models --train); its tables in kernels/) and
 #                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti
 #                and DeiT-B: tools/train.py end to end, eager then compiled,
-#                beside the model-only step and the loader; its tables in
-#                trainpath/) and `host` (benchmarks/bench_host_overheads.py
+#                beside the model-only step and the loader, and the eager
+#                model-only step profiled: the GPU's idle share and the
+#                host's top operations; its tables in trainpath/) and `host` (benchmarks/bench_host_overheads.py
 #                on the GPU: the data preprocessor on a stacked batch and on
 #                a list, the configs' preprocessor against mmpretrain's, the
 #                optimizer's groups; its table in host/)
@@ -60,7 +61,8 @@ trainpath() {
         "$PY" benchmarks/bench_train_path.py --families deit,deit-base --amp \
             --work-root "$tp/work" --out "$tp/$mode.md" \
             --json "$tp/$mode.part" \
-            $([[ $mode == compiled ]] && echo --compile) \
+            $([[ $mode == compiled ]] && echo --compile ||
+                echo --profile-steps 10) \
             ${TRAINPATH_ARGS:-} && mv "$tp/$mode.part" "$tp/$mode.json" ||
             echo "[acceptance] trainpath $mode: bench_train_path.py failed"
     done
@@ -154,7 +156,7 @@ export_results() {
     local files=()
     for f in "$DIR"/*.json "$DIR"/kernels/* "$DIR"/kernels/*/* "$DIR"/host/* \
         "$DIR"/trainpath/*.json "$DIR"/trainpath/*.part \
-        "$DIR"/trainpath/*.md \
+        "$DIR"/trainpath/*.md "$DIR"/trainpath/work/*-profile.txt \
         "$BUILD/mmcv_build_time.txt"; do
         [[ -f $f ]] && files+=("$f")
     done

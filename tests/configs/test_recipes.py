@@ -656,6 +656,15 @@ def test_parameters_with_equal_options_share_one_group(config, monkeypatch):
                                   merged), groups_by_name(twin, per_param)
     for name, group in mine.items():
         assert _options(group) == _options(theirs[name]), name
+    # plain dicts, not mmengine's ConfigDicts (read on every step), which
+    # the schedulers drive as before
+    assert type(groups[0]).__name__ == 'ConfigDict'
+    assert all(type(g) is dict for g in merged.optimizer.param_groups)
+    from mmengine.optim import LinearLR
+    lrs = [g['lr'] for g in merged.optimizer.param_groups]
+    LinearLR(merged, start_factor=0.5, end=4, by_epoch=False)
+    assert [g['lr'] for g in merged.optimizer.param_groups] == \
+        [lr * 0.5 for lr in lrs]
 
 
 def test_one_group_per_option_set_steps_and_resumes_the_same():

@@ -80,6 +80,72 @@ def test_report_flags_a_run_above_its_bound():
     assert 'Above the bound' not in bench.markdown(report)
 
 
+def test_profiled_steps(tmp_path):
+    """The profiled steps report each step's wall and CPU time, the
+    operations by self host time with their calls per step, and the whole
+    table; on the CPU there is no device time."""
+    import torch
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    synced = []
+
+    def step():
+        torch.mm(torch.mm(a, b), b).sum()
+
+    prof = bench.profile_steps_of(step, 3, lambda: synced.append(1),
+                                  str(tmp_path / 'p.txt'))
+    assert len(synced) == 1 + 3  # before, and after every step
+    assert prof['steps'] == 3
+    assert prof['wall_ms_per_step'] > 0 and prof['cpu_ms_per_step'] > 0
+    assert prof['device_busy_ms_per_step'] is None
+    assert prof['device_top'] == []
+    rows = {r['name']: r for r in prof['host_top']}
+    assert rows['aten::mm']['calls_per_step'] == 2
+    assert rows['aten::mm']['host_ms_per_step'] > 0
+    assert len(prof['host_top']) <= bench.PROFILE_TOP
+    assert 'aten::mm' in (tmp_path / 'p.txt').read_text()
+
+
+def test_device_busy_is_the_union_of_kernel_intervals():
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    def event(start, end, device=DeviceType.CUDA):
+        return NS(time_range=NS(start=start, end=end), device_type=device)
+
+    events = [
+        event(0, 10),
+        event(5, 12),  # overlaps the first
+        event(20, 25),
+        event(0, 100, DeviceType.CPU),  # host work is not device time
+    ]
+    assert bench._device_busy_us(events) == 12 + 5
+    assert bench._device_busy_us([event(0, 1, DeviceType.CPU)]) is None
+
+
+def test_profile_table_in_the_report():
+    prof = dict(
+        steps=10,
+        wall_ms_per_step=75.,
+        cpu_ms_per_step=70.,
+        device_busy_ms_per_step=30.,
+        host_top=[
+            dict(
+                name='cudaStreamSynchronize',
+                calls_per_step=1.,
+                host_ms_per_step=20.)
+        ],
+        device_top=[
+            dict(name='sm90_gemm', calls_per_step=48., device_ms_per_step=9.)
+        ])
+    report = dict(families=[dict(family='deit', model=dict(profile=prof))])
+    text = '\n'.join(bench.profile_markdown(report))
+    assert '| deit | 10 | 75.00 | 30.00 | 60% | 70.00 |' in text
+    assert '| `cudaStreamSynchronize` | 1 | 20.000 |' in text
+    assert '| `sm90_gemm` | 48 | 9.000 |' in text
+    assert bench.profile_markdown(dict(families=[dict(model={})])) == []
+
+
 def test_bound():
     model = dict(device='cpu', cpu_s_per_step=0.5, threads=2, batch=4)
     loader = dict(img_s_cpu=3.0)
@@ -105,7 +171,7 @@ def test_tiny_run_reports_consistent_figures(tmp_path, fresh_default_scope):
     families = ['deit', 'deit-base', 'segmenter']
     code = bench.main([
         '--tiny', '--threads', '1', '--families', ','.join(families),
-        '--work-root',
+        '--profile-steps', '2', '--work-root',
         str(tmp_path), '--json',
         str(out), '--out',
         str(tmp_path / 'report.md')
@@ -119,6 +185,8 @@ def test_tiny_run_reports_consistent_figures(tmp_path, fresh_default_scope):
     table = rows[4:]
     table = table[:table.index('')] if '' in table else table  # then notes
     assert [r.split(' | ')[0] for r in table] == [f'| {f}' for f in families]
+    assert any(
+        r.startswith('Model-only steps under torch.profiler') for r in rows)
     for fam in report['families']:
         name = fam['family']
         loader, model, train = fam['loader'], fam['model'], fam['train']
@@ -130,6 +198,12 @@ def test_tiny_run_reports_consistent_figures(tmp_path, fresh_default_scope):
         assert loader['img_s_cpu'] >= 0.95 * loader['img_s_wall'] > 0
         assert model['img_s'] > 0 and model['cpu_s_per_step'] > 0
         assert model['threads'] == 1
+        # two more steps profiled: the host's top operations, the table
+        prof = model['profile']
+        assert prof['steps'] == 2 and prof['host_top']
+        assert prof['device_busy_ms_per_step'] is None  # the CPU
+        assert osp.isfile(prof['table'])
+        assert osp.dirname(prof['table']) == str(tmp_path)
         # every iteration logged, the warm-up left out
         assert (train['logged'], train['timed']) == (5, 3)
         assert (train['iters'], train['warmup']) == (5, 2)
