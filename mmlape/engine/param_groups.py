@@ -154,7 +154,11 @@ class LaPEOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         # mmengine hands the groups over inside its config, as ConfigDicts,
         # whose reads cost the optimizer's every step (a DeiT-Ti step reads
         # them ~530 times); plain dicts of the same items, as a resumed
-        # optimizer's groups are anyway
-        optimizer.param_groups[:] = [dict(g) for g in optimizer.param_groups]
+        # optimizer's groups are anyway. Only torch.optim's optimizers:
+        # others (ZeRO's) may hold their groups elsewhere too.
+        if type(optimizer).__module__.startswith('torch.optim'):
+            optimizer.param_groups[:] = [
+                dict(g) for g in optimizer.param_groups
+            ]
         optimizer.register_load_state_dict_pre_hook(_regroup_state)
         return wrapper
