@@ -460,9 +460,14 @@ def measure_model(cfg,
         threads=torch.get_num_threads(),
         device=device)
     if profile_steps:
-        result['profile'] = profile_steps_of(
-            lambda: model.train_step(batch, optim), profile_steps, sync,
-            profile_path)
+        try:
+            result['profile'] = profile_steps_of(
+                lambda: model.train_step(batch, optim), profile_steps, sync,
+                profile_path)
+        except Exception as exc:  # the timed figures above stand
+            result['profile'] = dict(
+                steps=profile_steps,
+                error=f'{type(exc).__name__}: {exc}'.splitlines()[0])
     return result
 
 
@@ -821,6 +826,10 @@ def profile_markdown(report: Dict) -> List[str]:
         'process CPU ms/step |', '|---|---|---|---|---|---|'
     ]
     for family, prof in profiled:
+        if 'error' in prof:
+            lines.append(f"| {family} | {prof['steps']} | failed: "
+                         f"{prof['error']} |")
+            continue
         busy = prof['device_busy_ms_per_step']
         idle = '-' if busy is None else \
             f"{1 - busy / prof['wall_ms_per_step']:.0%}"
@@ -830,7 +839,7 @@ def profile_markdown(report: Dict) -> List[str]:
                      f"{prof['cpu_ms_per_step']:.2f} |")
     for family, prof in profiled:
         for kind in ('host', 'device'):
-            rows = prof[f'{kind}_top']
+            rows = prof.get(f'{kind}_top')
             if not rows:
                 continue
             lines += [

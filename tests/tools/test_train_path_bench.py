@@ -144,6 +144,43 @@ def test_profile_table_in_the_report():
     assert '| `cudaStreamSynchronize` | 1 | 20.000 |' in text
     assert '| `sm90_gemm` | 48 | 9.000 |' in text
     assert bench.profile_markdown(dict(families=[dict(model={})])) == []
+    # a profile that failed says so, and the timed figures stand
+    failed = dict(steps=10, error='RuntimeError: no CUPTI')
+    report['families'].append(
+        dict(family='deit-base', model=dict(profile=failed)))
+    text = '\n'.join(bench.profile_markdown(report))
+    assert '| deit-base | 10 | failed: RuntimeError: no CUPTI |' in text
+
+
+def test_a_failed_profile_keeps_the_timed_steps(monkeypatch):
+    """measure_model's timed steps stand when the profiler fails."""
+    import torch
+
+    def broken(*args, **kwargs):
+        raise RuntimeError('profiler unavailable\nmore')
+
+    monkeypatch.setattr(bench, 'profile_steps_of', broken)
+
+    class Model(torch.nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(2))
+
+        def train_step(self, batch, optim):
+            return {}
+
+    from mmengine.config import ConfigDict
+    monkeypatch.setattr('mmengine.registry.MODELS.build', lambda cfg: Model())
+    cfg = ConfigDict(
+        model=dict(type='X'),
+        train_dataloader=dict(pin_memory=False),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)))
+    result = bench.measure_model(
+        cfg, {}, steps=2, warmup=0, amp=False, profile_steps=3)
+    assert result['s_per_step'] > 0
+    assert result['profile'] == dict(
+        steps=3, error='RuntimeError: profiler unavailable')
 
 
 def test_bound():
