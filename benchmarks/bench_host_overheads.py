@@ -120,6 +120,26 @@ def _sync(device: torch.device):
     return torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
 
 
+def _preprocessor_rows(section: str, name: str, batch: int, size: int,
+                       training: bool, ops: Dict[str, int],
+                       times: Dict[str, float], base: str) -> List[Dict]:
+    """One row per case of a preprocessor section (``collate``,
+    ``labels``) in one mode; ``x`` is a case's time over ``base``'s."""
+    return [
+        dict(
+            section=section,
+            config=name,
+            path=CONFIGS[name][0],
+            batch=batch,
+            size=size,
+            mode='train' if training else 'eval',
+            case=case,
+            ops=ops[case],
+            ms=times[case] * 1e3,
+            x=times[case] / times[base]) for case in ops
+    ]
+
+
 def measure_collate(name: str, args) -> List[Dict]:
     from mmengine.dataset import default_collate, pseudo_collate
     from torch.utils.data._utils.pin_memory import pin_memory
@@ -158,19 +178,8 @@ def measure_collate(name: str, args) -> List[Dict]:
             warmup=2,
             iters=args.iters,
             sync=_sync(device))
-        for collate in COLLATES:
-            rows.append(
-                dict(
-                    section='collate',
-                    config=name,
-                    path=config,
-                    batch=batch,
-                    size=size,
-                    mode='train' if training else 'eval',
-                    case=collate,
-                    ops=ops[collate],
-                    ms=times[collate] * 1e3,
-                    x=times[collate] / times['default_collate']))
+        rows += _preprocessor_rows('collate', name, batch, size, training, ops,
+                                   times, 'default_collate')
     return rows
 
 
@@ -240,19 +249,8 @@ def measure_labels(name: str, args) -> List[Dict]:
             setups={case: (lambda c=case: refill(c))
                     for case in preps},
             sync=_sync(device))
-        for case in preps:
-            rows.append(
-                dict(
-                    section='labels',
-                    config=name,
-                    path=config,
-                    batch=batch,
-                    size=LABEL_IMAGE_SIZE,
-                    mode='train' if training else 'eval',
-                    case=case,
-                    ops=ops[case],
-                    ms=times[case] * 1e3,
-                    x=times[case] / times[PREPROCESSORS[1]]))
+        rows += _preprocessor_rows('labels', name, batch, LABEL_IMAGE_SIZE,
+                                   training, ops, times, PREPROCESSORS[1])
     return rows
 
 
@@ -308,18 +306,17 @@ def measure_optimizer(name: str, args) -> List[Dict]:
     ]
 
 
+def _preprocessor_cells(r: Dict) -> tuple:
+    return (f"{r['config']} ({r['size']}x{r['size']})", r['batch'], r['mode'],
+            r['case'], f"{r['ops']:,}", f"{r['ms']:.2f}", f"{r['x']:.2f}")
+
+
 #: section -> its table's columns and each row's cells
 TABLES = {
-    'collate':
-    (('config', 'batch', 'mode', 'collate', 'ATen ops', 'ms per batch',
-      'x'), lambda r:
-     (f"{r['config']} ({r['size']}x{r['size']})", r['batch'], r['mode'], r[
-         'case'], f"{r['ops']:,}", f"{r['ms']:.2f}", f"{r['x']:.2f}")),
-    'labels':
-    (('config', 'batch', 'mode', 'preprocessor', 'ATen ops', 'ms per batch',
-      'x'), lambda r:
-     (f"{r['config']} ({r['size']}x{r['size']})", r['batch'], r['mode'], r[
-         'case'], f"{r['ops']:,}", f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+    'collate': (('config', 'batch', 'mode', 'collate', 'ATen ops',
+                 'ms per batch', 'x'), _preprocessor_cells),
+    'labels': (('config', 'batch', 'mode', 'preprocessor', 'ATen ops',
+                'ms per batch', 'x'), _preprocessor_cells),
     'optimizer': (('config', 'optimizer', 'parameters', 'grouping', 'groups',
                    'ms per step', 'x'), lambda r:
                   (r['config'], r['optimizer'], r['params'], r['case'], r[

@@ -279,6 +279,16 @@ def tool_options(data: str,
 
 
 @pytest.fixture(scope='session')
+def imagenet(tmp_path_factory) -> str:
+    """A small generated ImageNet-layout set (8 train, 4 val JPEGs of
+    40x56, 4 classes) for the configs' real pipelines and loaders."""
+    from mmlape.datasets.imagenet import generate_imagenet
+    root = str(tmp_path_factory.mktemp('imagenet'))
+    generate_imagenet(root, 8, 4, num_classes=4, size=(40, 56))
+    return root
+
+
+@pytest.fixture(scope='session')
 def pos_shapes_data(tmp_path_factory) -> str:
     """A small generated position-shapes set (64 train, 16 val images)."""
     from mmlape.datasets import generate_pos_shapes

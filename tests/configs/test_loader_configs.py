@@ -91,14 +91,6 @@ def test_cpu_demo_configs_load_in_the_training_process():
             assert 'collate_fn' not in cfg[name]
 
 
-@pytest.fixture(scope='module')
-def imagenet(tmp_path_factory):
-    from mmlape.datasets.imagenet import generate_imagenet
-    root = str(tmp_path_factory.mktemp('imagenet'))
-    generate_imagenet(root, 6, 3, num_classes=3, size=(40, 56))
-    return root
-
-
 @pytest.mark.parametrize('split', ['train', 'val'])
 def test_stacked_batch_preprocesses_as_the_list(imagenet, split):
     """DeiT's pipelines through the real loader: the batch the loader stacks

@@ -73,14 +73,6 @@ def _assert_same(a, b):
                 assert torch.equal(x.get(key), y.get(key)), key
 
 
-@pytest.fixture(scope='module')
-def imagenet(tmp_path_factory):
-    from mmlape.datasets.imagenet import generate_imagenet
-    root = str(tmp_path_factory.mktemp('imagenet'))
-    generate_imagenet(root, 8, 4, num_classes=4, size=(40, 56))
-    return root
-
-
 @pytest.mark.parametrize('split', ['train', 'val'])
 def test_deit_batches_from_the_loader_as_mmpretrain(imagenet, split):
     """DeiT's config through the real loader (its pipeline, sampler and
