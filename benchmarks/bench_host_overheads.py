@@ -25,6 +25,20 @@ the classification configs' choices against mmengine's defaults.
   and the time per step. PyTorch's optimizers loop over the groups in
   Python and launch per group; the updates are the same
   (``tests/configs/test_recipes.py``).
+- ``metric``: the configs' evaluator (``LaPEAccuracy``) against
+  mmpretrain's ``Accuracy`` on an evaluation batch as the model leaves it
+  (scores and labels on the device, views of the batch's): mmpretrain's
+  copies each sample's score and label to the host (on a GPU each copy
+  waits for the device), the configs' the batch's in two copies, with the
+  same results (``tests/engine/test_cls_metric.py``). Also the bytes of a
+  batch's results as mmengine pickles them to gather them across
+  processes: on the host, mmpretrain's results are views that each take
+  the whole batch with them.
+- ``ema``: one update of the model's moving average of the configs that
+  keep one (T2T-ViT: ``EMAHook`` every step), mmengine's
+  ``ExponentialMovingAverage`` (one ``lerp_`` per parameter) against the
+  configs' ``LaPEExponentialMovingAverage`` (one multi-tensor ``lerp_``),
+  the same values (``tests/engine/test_ema.py``).
 
 On a GPU each operation is a kernel launch made by the host, which the
 GPU waits for where the host is behind (mmengine reads the losses every
@@ -39,6 +53,7 @@ import copy
 import json
 import logging
 import os.path as osp
+import pickle
 import platform
 import sys
 from typing import Dict, List
@@ -54,8 +69,17 @@ CONFIGS = {
     'deit': ('configs/deit/deit-tiny-lape_4xb256_in1k.py', 224),
     'cifar':
     ('configs/vit_lite/vit-lite-7-4-lape_1xb128-310e_cifar100.py', 32),
+    't2t': ('configs/t2t_vit/t2t-vit-7-lape_8xb64_in1k.py', 224),
 }
-SECTIONS = ('collate', 'labels', 'optimizer')
+SECTIONS = ('collate', 'labels', 'optimizer', 'metric', 'ema')
+#: section -> the configs it measures (``--configs`` picks among them)
+SECTION_CONFIGS = {
+    'collate': ('deit', 'cifar'),
+    'labels': ('deit', 'cifar'),
+    'optimizer': ('deit', 'cifar'),
+    'metric': ('deit', 'cifar'),
+    'ema': ('t2t', ),
+}
 COLLATES = ('pseudo_collate', 'default_collate')
 #: the labels section's cases: mmpretrain's preprocessor, the configs'
 PREPROCESSORS = ('ClsDataPreprocessor', 'LaPEClsDataPreprocessor')
@@ -63,6 +87,10 @@ PREPROCESSORS = ('ClsDataPreprocessor', 'LaPEClsDataPreprocessor')
 LABEL_IMAGE_SIZE = 8
 #: the optimizer section's cases: mmengine's constructor, the configs'
 GROUPINGS = ('one group per parameter', 'one group per option set')
+#: the metric section's cases: mmpretrain's, the configs'
+ACCURACIES = ('Accuracy', 'LaPEAccuracy')
+#: the ema section's cases: mmengine's, the configs'
+AVERAGES = ('ExponentialMovingAverage', 'LaPEExponentialMovingAverage')
 
 
 def build_model(config: str, device: torch.device, whole: bool):
@@ -114,6 +142,24 @@ class OpCount(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
         return func(*args, **(kwargs or {}))
+
+
+class HostCopies(torch.overrides.TorchFunctionMode):
+    """Counts the copies to the host asked for inside it (``Tensor.cpu``,
+    ``Tensor.to('cpu', ...)``; ``with HostCopies() as copies: ...``, then
+    ``copies.calls``). From a GPU each waits for the device unless it is
+    non-blocking."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cpu or (func is torch.Tensor.to and any(
+                str(a) == 'cpu' for a in (*args[1:], kwargs.get('device')))):
+            self.calls += 1
+        return func(*args, **kwargs)
 
 
 def _sync(device: torch.device):
@@ -306,6 +352,151 @@ def measure_optimizer(name: str, args) -> List[Dict]:
     ]
 
 
+def eval_samples(batch: int, classes: int, device: torch.device) -> List[Dict]:
+    """An evaluation batch as mmengine's evaluator gives it to the metrics:
+    the model's data samples as dicts, their scores and labels views of
+    the batch's on the device (as mmpretrain's head and the configs' data
+    preprocessor leave them)."""
+    from mmpretrain.structures import DataSample
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(batch, classes, generator=gen).to(device).softmax(1)
+    labels = torch.randint(0, classes, (batch, ), generator=gen).to(device)
+    preds = scores.argmax(1, keepdim=True)
+    return [
+        DataSample().set_gt_label(label).set_pred_score(score).set_pred_label(
+            pred).to_dict()
+        for label, score, pred in zip(labels.split(1), scores, preds)
+    ]
+
+
+def _same_results(a: List[Dict], b: List[Dict]) -> bool:
+    """Whether two metrics' results hold the same keys in the same order
+    and tensors of the same values, dtypes and shapes."""
+    return len(a) == len(b) and all(
+        list(x) == list(y) and all(x[k].dtype == y[k].dtype and x[k].shape ==
+                                   y[k].shape and torch.equal(x[k], y[k])
+                                   for k in x) for x, y in zip(a, b))
+
+
+def measure_metric(name: str, args) -> List[Dict]:
+    """The config's evaluator and mmpretrain's ``Accuracy`` on one
+    evaluation batch of the config's size."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmpretrain.evaluation import Accuracy
+    from mmpretrain.registry import METRICS
+    from mmpretrain.utils import register_all_modules
+    register_all_modules(False)
+    config, _ = CONFIGS[name]
+    device = torch.device(args.device)
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        ours = METRICS.build(copy.deepcopy(cfg.val_evaluator))
+    assert type(ours).__name__ == ACCURACIES[1], \
+        f'{config} does not name {ACCURACIES[1]}'
+    metrics = dict(
+        zip(ACCURACIES, (Accuracy(topk=cfg.val_evaluator.topk), ours)))
+    batch = args.batch or cfg.val_dataloader.batch_size
+    classes = cfg.data_preprocessor.num_classes
+    samples = eval_samples(batch, classes, device)
+    copies, ops, pickled, results = {}, {}, {}, {}
+    for case, metric in metrics.items():
+        metric.results.clear()
+        with HostCopies() as count, OpCount() as aten:
+            metric.process(None, samples)
+            results[case] = metric.results
+        copies[case], ops[case] = count.calls, aten.ops
+        pickled[case] = len(pickle.dumps(results[case], protocol=2))
+    same = _same_results(*results.values())
+
+    def process_and_read(metric):
+        metric.process(None, samples)
+        return metric.results  # the configs' makes the results here
+
+    times = fastest(
+        {
+            c: (lambda m=m: process_and_read(m))
+            for c, m in metrics.items()
+        },
+        rounds=args.rounds,
+        warmup=2,
+        iters=args.iters,
+        setups={
+            c: m.results.clear
+            for c, m in metrics.items()
+        },
+        sync=_sync(device))
+    return [
+        dict(
+            section='metric',
+            config=name,
+            path=config,
+            batch=batch,
+            classes=classes,
+            case=case,
+            host_copies=copies[case],
+            ops=ops[case],
+            same=same,
+            pickled_kb=pickled[case] / 1024,
+            ms=times[case] * 1e3,
+            x=times[case] / times[ACCURACIES[1]]) for case in metrics
+    ]
+
+
+def measure_ema(name: str, args) -> List[Dict]:
+    """One update of the config's model average (after the first, which
+    copies the model), mmengine's and the config's, on the whole model."""
+    from mmengine.model import ExponentialMovingAverage
+
+    from mmlape.engine.ema import LaPEExponentialMovingAverage
+    config, _ = CONFIGS[name]
+    device = torch.device(args.device)
+    model, cfg = build_model(config, device, whole=True)
+    (hook, ) = [h for h in cfg.custom_hooks if h.type == 'EMAHook']
+    assert hook.get('ema_type') == AVERAGES[1], \
+        f'{config} does not name {AVERAGES[1]}'
+    averages = dict(
+        zip(AVERAGES,
+            (ExponentialMovingAverage(model, momentum=hook.momentum),
+             LaPEExponentialMovingAverage(model, momentum=hook.momentum))))
+    ops = {}
+    for case, average in averages.items():
+        average.update_parameters(model)  # the first copies the model
+        with torch.no_grad():  # as a training step leaves the model
+            for p in model.parameters():
+                p.mul_(0.5)
+        with OpCount() as count:
+            average.update_parameters(model)
+        ops[case] = count.ops
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(2)
+    # the same averages, bit for bit, on this device
+    states = [a.state_dict() for a in averages.values()]
+    same = all(torch.equal(v, states[1][k]) for k, v in states[0].items())
+    times = fastest(
+        {
+            c: (lambda a=a: a.update_parameters(model))
+            for c, a in averages.items()
+        },
+        rounds=args.rounds,
+        warmup=2,
+        iters=args.iters,
+        sync=_sync(device))
+    return [
+        dict(
+            section='ema',
+            config=name,
+            path=config,
+            params=sum(1 for _ in model.parameters()),
+            case=case,
+            ops=ops[case],
+            same=same,
+            ms=times[case] * 1e3,
+            x=times[case] / times[AVERAGES[1]]) for case in averages
+    ]
+
+
 def _preprocessor_cells(r: Dict) -> tuple:
     return (f"{r['config']} ({r['size']}x{r['size']})", r['batch'], r['mode'],
             r['case'], f"{r['ops']:,}", f"{r['ms']:.2f}", f"{r['x']:.2f}")
@@ -321,6 +512,16 @@ TABLES = {
                    'ms per step', 'x'), lambda r:
                   (r['config'], r['optimizer'], r['params'], r['case'], r[
                       'groups'], f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+    'metric':
+    (('config', 'batch', 'classes', 'metric', 'host copies', 'ATen ops',
+      'results pickled, KB', 'same results', 'ms per batch', 'x'), lambda r:
+     (r['config'], r['batch'], r['classes'], r['case'], r[
+         'host_copies'], f"{r['ops']:,}", f"{r['pickled_kb']:,.0f}", r['same'],
+      f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+    'ema': (('config', 'parameters', 'average', 'ATen ops', 'same values',
+             'ms per update', 'x'), lambda r:
+            (r['config'], r['params'], r['case'], r['ops'], r['same'],
+             f"{r['ms']:.2f}", f"{r['x']:.2f}")),
 }
 
 
@@ -360,8 +561,9 @@ def parse_args(argv=None):
         '--batch',
         type=int,
         default=0,
-        help="images per batch of the collate and labels sections "
-        "(default: the config's)")
+        help="images per batch of the collate, labels and metric sections "
+        "(default: the config's; the metric section: its evaluation "
+        "batch)")
     parser.add_argument(
         '--device',
         default='cpu',
@@ -395,11 +597,14 @@ def main(argv=None) -> List[Dict]:
     measures = dict(
         collate=measure_collate,
         labels=measure_labels,
-        optimizer=measure_optimizer)
+        optimizer=measure_optimizer,
+        metric=measure_metric,
+        ema=measure_ema)
     rows = []
     for section in args.sections:
         for name in args.configs:
-            rows += measures[section](name, args)
+            if name in SECTION_CONFIGS[section]:
+                rows += measures[section](name, args)
     machine = dict(
         cpu=platform.processor() or platform.machine(),
         device=(torch.cuda.get_device_name(torch.device(args.device))

@@ -1,11 +1,12 @@
 """Training parts, registered into mmengine's root registries.
 
-The layer-decay constructor and the classification data preprocessor (on
-mmpretrain's) and the TTA model (on mmdet's) are registered as factories,
+The layer-decay constructor, the classification data preprocessor and
+accuracy metric (on mmpretrain's), the moving average of a model (on
+mmengine's) and the TTA model (on mmdet's) are registered as factories,
 so that ``import mmlape`` imports no host task library until a config
 builds them.
 """
-from mmengine.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import METRICS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
 from .compile import CompileHook
 from .hooks import AtomicCheckpointHook, WorkDirGuardHook
@@ -15,9 +16,10 @@ from .strategies import LaPEFSDPStrategy
 
 __all__ = [
     'AtomicCheckpointHook', 'CompileHook', 'InstanceSegTTAModel',
-    'LaPEClsDataPreprocessor', 'LaPEFSDPStrategy',
-    'LaPELayerDecayOptimWrapperConstructor', 'LaPEDeiTCosineLR',
-    'LaPEOptimWrapperConstructor', 'WorkDirGuardHook', 'deit_epoch_lr'
+    'LaPEAccuracy', 'LaPEClsDataPreprocessor', 'LaPEExponentialMovingAverage',
+    'LaPEFSDPStrategy', 'LaPELayerDecayOptimWrapperConstructor',
+    'LaPEDeiTCosineLR', 'LaPEOptimWrapperConstructor', 'WorkDirGuardHook',
+    'deit_epoch_lr'
 ]
 
 
@@ -37,6 +39,22 @@ def _build_cls_data_preprocessor(**kwargs):
     return LaPEClsDataPreprocessor(**kwargs)
 
 
+@METRICS.register_module(name='LaPEAccuracy')
+def _build_accuracy(**kwargs):
+    """Build :class:`LaPEAccuracy` (mmpretrain's, with a batch's results
+    copied to the host in one go) from a config."""
+    from .cls_metric import LaPEAccuracy
+    return LaPEAccuracy(**kwargs)
+
+
+@MODELS.register_module(name='LaPEExponentialMovingAverage')
+def _build_ema(**kwargs):
+    """Build :class:`LaPEExponentialMovingAverage` (mmengine's, updated
+    with one multi-tensor operation) from a config."""
+    from .ema import LaPEExponentialMovingAverage
+    return LaPEExponentialMovingAverage(**kwargs)
+
+
 @MODELS.register_module(name='InstanceSegTTAModel')
 def _build_instance_seg_tta(**kwargs):
     """Build :class:`InstanceSegTTAModel` (mmdet's test-time augmentation
@@ -52,6 +70,12 @@ def __getattr__(name: str):
     if name == 'LaPEClsDataPreprocessor':
         from .cls_preprocessor import LaPEClsDataPreprocessor
         return LaPEClsDataPreprocessor
+    if name == 'LaPEAccuracy':
+        from .cls_metric import LaPEAccuracy
+        return LaPEAccuracy
+    if name == 'LaPEExponentialMovingAverage':
+        from .ema import LaPEExponentialMovingAverage
+        return LaPEExponentialMovingAverage
     if name == 'InstanceSegTTAModel':
         from .tta import InstanceSegTTAModel
         return InstanceSegTTAModel

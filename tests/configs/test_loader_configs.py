@@ -70,6 +70,32 @@ def test_gpu_config_loaders(path):
         # one input size: cuDNN's fastest algorithms, as the official
         # scripts (mmseg's configs have it too; mmdet's sizes vary)
         assert cfg.env_cfg.cudnn_benchmark is True
+        # a batch's results copied to the host in one go, with the
+        # family's top-k (tests/engine/test_cls_metric.py)
+        topk = (1, ) if family == 'cifar' else (1, 5)
+        for name in ('val_evaluator', 'test_evaluator'):
+            assert cfg[name].type == 'LaPEAccuracy', name
+            assert tuple(cfg[name].topk) == topk, name
+        # DeiT's and CeiT's evaluation batches: 1.5 x the training batch
+        # (their official main.py); the others evaluate at mmpretrain's
+        name = osp.basename(path)
+        if name.startswith(('deit-', 'ceit-')):
+            assert cfg.val_dataloader.batch_size == \
+                cfg.train_dataloader.batch_size * 3 // 2 == 384
+            assert cfg.test_dataloader.batch_size == 384
+        # T2T-ViT's model average: one multi-tensor update
+        # (tests/engine/test_ema.py), mmpretrain's momentum and priority
+        hooks = [h for h in cfg.get('custom_hooks', []) if 'EMA' in h.type]
+        if name.startswith('t2t-vit-7') and 'cifar' not in name:
+            assert hooks == [
+                dict(
+                    type='EMAHook',
+                    momentum=4e-5,
+                    priority='ABOVE_NORMAL',
+                    ema_type='LaPEExponentialMovingAverage')
+            ]
+        else:
+            assert hooks == []
     # a crowded node gets the floor, a node with many CPUs the ceiling
     for cpus, want in ((2, floor), (400, ceiling)):
         run = copy.deepcopy(cfg)

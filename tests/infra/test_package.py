@@ -21,8 +21,9 @@ HOSTS = ('mmpretrain', 'mmdet', 'mmseg')
 @pytest.mark.slow
 def test_import_mmlape_imports_no_host_library():
     """``import mmlape`` registers everything but imports no host task
-    library; the lazily registered optimizer constructor and data
-    preprocessor import mmpretrain only when they are built."""
+    library; the lazily registered optimizer constructor, data
+    preprocessor and accuracy metric import mmpretrain only when they are
+    built."""
     code = textwrap.dedent(f'''
         import sys
         import mmlape
@@ -44,6 +45,15 @@ def test_import_mmlape_imports_no_host_library():
         assert 'LaPEClsDataPreprocessor' in MODELS.module_dict
         prep = MODELS.build(dict(type='LaPEClsDataPreprocessor'))
         assert type(prep).__name__ == 'LaPEClsDataPreprocessor'
+        from mmengine.registry import METRICS
+        metric = METRICS.build(dict(type='LaPEAccuracy', topk=(1, 5)))
+        assert type(metric).__name__ == 'LaPEAccuracy'
+        assert metric.topk == (1, 5)
+        import torch
+        ema = MODELS.build(dict(type='LaPEExponentialMovingAverage',
+                                model=torch.nn.Linear(2, 2), momentum=0.1))
+        assert type(ema).__name__ == 'LaPEExponentialMovingAverage'
+        assert ema.momentum == 0.1
         print('ok')
         ''')
     out = run([sys.executable, '-c', code])
@@ -165,6 +175,11 @@ def test_layer_decay_constructor_class_is_importable():
     from mmlape.engine.cls_preprocessor import \
         LaPEClsDataPreprocessor as direct_prep
     assert LaPEClsDataPreprocessor is direct_prep
+    from mmlape.engine import LaPEAccuracy, LaPEExponentialMovingAverage
+    from mmlape.engine.cls_metric import LaPEAccuracy as direct_metric
+    from mmlape.engine.ema import LaPEExponentialMovingAverage as direct_ema
+    assert LaPEAccuracy is direct_metric
+    assert LaPEExponentialMovingAverage is direct_ema
     import mmlape.engine
     with pytest.raises(AttributeError, match='no attribute'):
         mmlape.engine.Nope

@@ -1,7 +1,9 @@
 """``benchmarks/bench_host_overheads.py``: the classification data
 preprocessor on a stacked batch against a list of images, the configs'
-preprocessor against mmpretrain's, and the optimizer with one group per
-option set against one per parameter, in one run."""
+preprocessor against mmpretrain's, the optimizer with one group per
+option set against one per parameter, the configs' accuracy metric
+against mmpretrain's and the configs' model average against mmengine's,
+in one run."""
 import json
 import os.path as osp
 import sys
@@ -28,8 +30,8 @@ def test_command_line(capsys):
 def test_every_section_in_one_run(tmp_path):
     out, js = tmp_path / 'h.md', tmp_path / 'h.json'
     rows = bench.main([
-        '--configs', 'cifar', '--batch', '6', '--rounds', '1', '--iters', '1',
-        '--threads', '1', '--out',
+        '--configs', 'cifar,t2t', '--batch', '6', '--rounds', '1', '--iters',
+        '1', '--threads', '1', '--out',
         str(out), '--json',
         str(js)
     ])
@@ -59,8 +61,28 @@ def test_every_section_in_one_run(tmp_path):
     assert 1 < merged['groups'] <= 4
     assert merged['x'] == 1.0 and per_param['ms'] > 0
     assert per_param['optimizer'] == 'AdamW (fused)'
+    host, ours = (r for r in rows if r['section'] == 'metric')
+    assert (host['case'], ours['case']) == bench.ACCURACIES
+    assert host['batch'] == ours['batch'] == 6 and host['classes'] == 100
+    # two copies a sample against two a batch, the same results, and
+    # results that pickle without the batch
+    assert (host['host_copies'], ours['host_copies']) == (12, 2)
+    assert host['same'] is ours['same'] is True
+    assert ours['pickled_kb'] * 3 < host['pickled_kb']
+    assert ours['x'] == 1.0 and host['ms'] > 0
+    host, ours = (r for r in rows if r['section'] == 'ema')
+    assert (host['case'], ours['case']) == bench.AVERAGES
+    assert host['config'] == 't2t' and host['params'] == 122
+    # a lerp_ per parameter against one multi-tensor lerp_
+    assert host['ops'] >= ours['ops'] + 122, (host, ours)
+    assert host['same'] is ours['same'] is True
+    assert ours['x'] == 1.0 and host['ms'] > 0
+    # the sections measure their own configs only
+    assert {r['config'] for r in rows if r['section'] != 'ema'} == {'cifar'}
     text = out.read_text()
     assert '| cifar (32x32) | 6 | train | pseudo_collate |' in text
     assert '| cifar | AdamW (fused) |' in text
     assert ('| cifar (8x8) | 6 | eval | LaPEClsDataPreprocessor |' in text)
-    assert len(json.loads(js.read_text())['rows']) == 10
+    assert '| cifar | 6 | 100 | LaPEAccuracy | 2 |' in text
+    assert '| t2t | 122 | LaPEExponentialMovingAverage |' in text
+    assert len(json.loads(js.read_text())['rows']) == 14

@@ -119,6 +119,13 @@ def test_train_test_and_analyse(family, data, tmp_path):
     ckpt = osp.join(work, 'epoch_1.pth')
     state = safe_torch_load(ckpt)
     assert state['meta']['epoch'] == 1 and state['meta']['iter'] == 2
+    if family == 't2t':
+        # the config's moving average (LaPEExponentialMovingAverage)
+        # updated on both iterations, its keys mmengine's
+        ema = state['ema_state_dict']
+        assert int(ema['steps']) == 2
+        assert {k[len('module.'):]
+                for k in ema if k != 'steps'} == set(state['state_dict'])
     assert test_tool.main([config, ckpt, '--work-dir',
                            str(tmp_path / 'test')]) == 0
     with open(tmp_path / 'test' / 'test_metrics.json') as f:

@@ -1,0 +1,142 @@
+"""``LaPEExponentialMovingAverage``: mmengine's moving average of a model
+updated with one multi-tensor operation. Every averaged tensor equals
+mmengine's bit for bit, step by step, with and without averaged buffers
+and at an interval; the checkpoint is mmengine's; one operation updates
+all the parameters; and T2T-ViT's configs keep mmpretrain's EMA settings.
+"""
+import copy
+import os.path as osp
+
+import pytest
+import torch
+import torch.nn as nn
+from conftest import ROOT
+from mmengine.config import Config
+from mmengine.model import ExponentialMovingAverage
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mmlape.engine.ema import LaPEExponentialMovingAverage
+
+
+class Ops(TorchDispatchMode):
+    """The names of the ATen operations dispatched inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _model(seed=0):
+    """Parameters of several shapes, a float and an integer buffer."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(),
+        nn.Linear(4 * 4 * 4, 5), nn.LayerNorm(5))
+
+
+def _train_a_little(model, gen):
+    """New parameter and buffer values, as a training step leaves them."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen))
+        bn = model[1]
+        bn.running_mean.add_(torch.randn(4, generator=gen))
+        bn.num_batches_tracked += 1
+
+
+@pytest.mark.parametrize('update_buffers', [False, True])
+@pytest.mark.parametrize('interval', [1, 3])
+def test_equal_to_mmengine_bit_for_bit(update_buffers, interval):
+    model = _model()
+    kwargs = dict(
+        momentum=0.3, interval=interval, update_buffers=update_buffers)
+    host = ExponentialMovingAverage(model, **kwargs)
+    ours = LaPEExponentialMovingAverage(model, **kwargs)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(7):
+        _train_a_little(model, gen)
+        host.update_parameters(model)
+        ours.update_parameters(model)
+        a, b = host.state_dict(), ours.state_dict()
+        assert list(a) == list(b)
+        for key in a:
+            assert a[key].dtype == b[key].dtype, key
+            assert torch.equal(a[key], b[key]), (step, key)
+    # the average moved away from the first copy, and not onto the model
+    weight = ours.module[0].weight
+    assert not torch.equal(weight, model[0].weight)
+    assert int(ours.steps) == 7
+
+
+def test_one_operation_updates_every_parameter():
+    model = _model()
+    host = ExponentialMovingAverage(model, momentum=0.1)
+    ours = LaPEExponentialMovingAverage(model, momentum=0.1)
+    host.update_parameters(model)  # the first step copies
+    ours.update_parameters(model)
+    with Ops() as host_ops:
+        host.update_parameters(model)
+    with Ops() as our_ops:
+        ours.update_parameters(model)
+    params = len(list(model.parameters()))
+    assert host_ops.names.count('lerp_.Scalar') == params == 8
+    assert our_ops.names.count('_foreach_lerp_.Scalar') == 1
+    assert 'lerp_.Scalar' not in our_ops.names
+
+
+def test_checkpoint_loads_either_way():
+    """An mmengine EMA checkpoint loads into mmlape's and back: the same
+    keys, and the next updates equal."""
+    model = _model()
+    host = ExponentialMovingAverage(model, momentum=0.2)
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        _train_a_little(model, gen)
+        host.update_parameters(model)
+    ours = LaPEExponentialMovingAverage(_model(seed=5), momentum=0.2)
+    ours.load_state_dict(copy.deepcopy(host.state_dict()))
+    back = ExponentialMovingAverage(_model(seed=6), momentum=0.2)
+    back.load_state_dict(copy.deepcopy(ours.state_dict()))
+    _train_a_little(model, gen)
+    for ema in (host, ours, back):
+        ema.update_parameters(model)
+    for key, value in host.state_dict().items():
+        assert torch.equal(value, ours.state_dict()[key]), key
+        assert torch.equal(value, back.state_dict()[key]), key
+
+
+def test_t2t_config_builds_it_with_mmpretrain_settings():
+    """The T2T-ViT configs name it in mmpretrain's ``EMAHook``, with
+    mmpretrain's T2T-ViT momentum and priority, and the hook builds it
+    (in mmpretrain's scope, as the runner does)."""
+    pytest.importorskip('mmpretrain')
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import HOOKS
+    from mmpretrain.utils import register_all_modules
+    register_all_modules(False)
+    cfg = Config.fromfile(
+        osp.join(ROOT, 'configs/t2t_vit/t2t-vit-7-lape_8xb64_in1k.py'))
+    import mmpretrain
+    host = Config.fromfile(
+        osp.join(
+            osp.dirname(mmpretrain.__file__), '.mim', 'configs', 't2t_vit',
+            't2t-vit-t-14_8xb64_in1k.py'))
+    (ours, ), (theirs, ) = cfg.custom_hooks, host.custom_hooks
+    assert {k: v for k, v in ours.items() if k != 'ema_type'} == \
+        {k: v for k, v in theirs.items() if k != '_scope_'}
+    assert 'ema_type' not in theirs  # mmengine's ExponentialMovingAverage
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        hook_cfg = copy.deepcopy(ours)
+        hook_cfg.pop('priority')  # the runner's, as it registers the hook
+        hook = HOOKS.build(hook_cfg)
+
+        class Runner:
+            model = _model()
+
+        hook.before_run(Runner)
+    assert type(hook.ema_model) is LaPEExponentialMovingAverage
+    assert hook.ema_model.momentum == pytest.approx(4e-5)
