@@ -225,3 +225,50 @@ def test_deit_model_outputs_through_the_configs_evaluator(imagenet):
     _assert_same_results(host.results, ours.results)
     assert [e.evaluate(4) for e in evaluators[:1]] == \
         [evaluators[1].evaluate(4)]
+
+
+def _gather_rank(rank, world, port, samples, out):
+    """One process of :func:`test_two_processes_gather_as_mmpretrain`."""
+    import torch.distributed as dist
+    dist.init_process_group(
+        'gloo',
+        init_method=f'tcp://127.0.0.1:{port}',
+        rank=rank,
+        world_size=world)
+    try:
+        metrics = []
+        for metric in (Accuracy(topk=(1, 5)), LaPEAccuracy(topk=(1, 5))):
+            # the rank's share of the batches, as mmengine's sampler deals
+            # them out
+            for i in range(rank, len(samples), world):
+                metric.process(None, copy.deepcopy(samples[i]))
+            metrics.append(metric.evaluate(sum(map(len, samples)) - 1))
+        if rank == 0:
+            out.put(metrics)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_processes_gather_as_mmpretrain():
+    """Two processes (gloo): mmengine gathers the ranks' results through
+    pickled files and cuts the padding; the metrics equal mmpretrain's."""
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    samples = [_samples(5, seed=s) for s in range(4)]
+    ctx = mp.get_context('spawn')
+    out = ctx.Queue()
+    mp.start_processes(
+        _gather_rank,
+        args=(2, port, samples, out),
+        nprocs=2,
+        join=True,
+        start_method='spawn')
+    host, ours = out.get(timeout=60)
+    assert ours == host and set(host) == {
+        'accuracy/top1', 'accuracy/top5'
+    }

@@ -44,6 +44,8 @@ def test_dist_train_two_cpu_processes_then_resume(pos_shapes_data, tmp_path):
     # a machine without a GPU: the CPU run is said once, not per rank
     assert log.count('no NVIDIA GPU on this machine: 2 processes run on '
                      'the CPU (gloo)') == 1
+    # the demo's LaPEAccuracy gathered both ranks' results
+    assert 'Iter(val) [1/1]' in log and 'accuracy/top1:' in log
     ckpt4 = osp.join(full, 'iter_4.pth')
     out = run(
         [
