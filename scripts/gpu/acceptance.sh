@@ -32,7 +32,9 @@
 #                host's top operations; its tables in trainpath/) and `host` (benchmarks/bench_host_overheads.py
 #                on the GPU: the data preprocessor on a stacked batch and on
 #                a list, the configs' preprocessor against mmpretrain's, the
-#                optimizer's groups; its table in host/)
+#                optimizer's groups, the configs' accuracy metric and model
+#                average against mmpretrain's and mmengine's, with their
+#                results compared on the GPU; its tables in host/)
 #                (default: host trainpath kernels deit compile dist adapter
 #                segmenter msda)
 #   KERNEL_STEPS which timm steps `kernels` times after the kernels, each in
@@ -103,7 +105,7 @@ kernels() {
 host() {
     # the host work around the model: the data preprocessor on a stacked
     # batch against a list, the configs' preprocessor against mmpretrain's,
-    # the optimizer's groups
+    # the optimizer's groups, the accuracy metric, the model average
     local h=$DIR/host
     mkdir -p "$h"
     "$PY" benchmarks/bench_host_overheads.py --device cuda --out "$h/host.md" \

@@ -43,6 +43,7 @@ SCOPES = {
     'layer decay': ['optim_wrapper'],
     'schedule and warm-up': ['param_scheduler', 'train_cfg'],
     'batch': ['train_dataloader'],
+    'evaluation batch': ['{}_dataloader'],
     'repeated augmentation': ['train_dataloader.sampler'],
     'train pipeline': [
         'train_dataloader.dataset.pipeline', 'model.train_cfg', 'model.head',
@@ -59,7 +60,10 @@ SCOPES = {
     'gradient clipping': ['optim_wrapper'],
     'EMA': ['custom_hooks'],
 }
-ROWS = [r for r in SCOPES if r not in ('repeated augmentation', 'EMA')]
+ROWS = [
+    r for r in SCOPES
+    if r not in ('repeated augmentation', 'EMA', 'evaluation batch')
+]
 # (row, how the cell starts) -> what the words claim
 WORDS = {
     # (LaPEOptimWrapperConstructor only groups the parameters)
@@ -82,7 +86,8 @@ PROSE = {
     'pe_join.last_norm', 'end - 1', 'pos_embed', 'level_embed',
     'blocks.{i}.pe_norm', 'norm', 'init_adapter_weights', 'up(c2) + c1',
     'configs/deit', 'tools/convert/to_mmlape.py --family vit',
-    'LaPEViT.get_layer_depth', 'blocks.{i}.attn.rope_freqs'
+    'LaPEViT.get_layer_depth', 'blocks.{i}.attn.rope_freqs',
+    'int(1.5 * args.batch_size)'
 }
 NAMESPACE = {'__builtins__': {}, 'dict': dict, 'range': range}
 
