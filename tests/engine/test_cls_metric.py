@@ -269,6 +269,4 @@ def test_two_processes_gather_as_mmpretrain():
         join=True,
         start_method='spawn')
     host, ours = out.get(timeout=60)
-    assert ours == host and set(host) == {
-        'accuracy/top1', 'accuracy/top5'
-    }
+    assert ours == host and set(host) == {'accuracy/top1', 'accuracy/top5'}
