@@ -166,23 +166,49 @@ def _sync(device: torch.device):
     return torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
 
 
+def _fastest(args, device: torch.device, cases: Dict,
+             **kwargs) -> Dict[str, float]:
+    """:func:`timing.fastest` with the command line's rounds and calls per
+    round, two warm-up rounds, and ``device``'s synchronisation."""
+    return fastest(
+        cases,
+        rounds=args.rounds,
+        warmup=2,
+        iters=args.iters,
+        sync=_sync(device),
+        **kwargs)
+
+
+def _row(section: str, name: str, case: str, times: Dict[str, float],
+         base: str, **cells) -> Dict:
+    """A table row of ``case``: its section, config, ``cells``, its time
+    (ms) and ``x``, its time over ``base``'s."""
+    return dict(
+        section=section,
+        config=name,
+        path=CONFIGS[name][0],
+        case=case,
+        **cells,
+        ms=times[case] * 1e3,
+        x=times[case] / times[base])
+
+
 def _preprocessor_rows(section: str, name: str, batch: int, size: int,
                        training: bool, ops: Dict[str, int],
                        times: Dict[str, float], base: str) -> List[Dict]:
     """One row per case of a preprocessor section (``collate``,
-    ``labels``) in one mode; ``x`` is a case's time over ``base``'s."""
+    ``labels``) in one mode."""
     return [
-        dict(
-            section=section,
-            config=name,
-            path=CONFIGS[name][0],
+        _row(
+            section,
+            name,
+            case,
+            times,
+            base,
             batch=batch,
             size=size,
             mode='train' if training else 'eval',
-            case=case,
-            ops=ops[case],
-            ms=times[case] * 1e3,
-            x=times[case] / times[base]) for case in ops
+            ops=ops[case]) for case in ops
     ]
 
 
@@ -215,15 +241,10 @@ def measure_collate(name: str, args) -> List[Dict]:
             with OpCount() as count:
                 prep(data, training)
             ops[collate] = count.ops
-        times = fastest(
-            {
-                c: (lambda d=d: prep(d, training))
-                for c, d in batches.items()
-            },
-            rounds=args.rounds,
-            warmup=2,
-            iters=args.iters,
-            sync=_sync(device))
+        times = _fastest(args, device, {
+            c: (lambda d=d: prep(d, training))
+            for c, d in batches.items()
+        })
         rows += _preprocessor_rows('collate', name, batch, size, training, ops,
                                    times, 'default_collate')
     return rows
@@ -284,17 +305,14 @@ def measure_labels(name: str, args) -> List[Dict]:
             with OpCount() as count:
                 prep(data, training)
             ops[case] = count.ops
-        times = fastest(
-            {
+        times = _fastest(
+            args,
+            device, {
                 case: (lambda c=case, p=p: p(fresh[c].pop(), training))
                 for case, p in preps.items()
             },
-            rounds=args.rounds,
-            warmup=2,
-            iters=args.iters,
             setups={case: (lambda c=case: refill(c))
-                    for case in preps},
-            sync=_sync(device))
+                    for case in preps})
         rows += _preprocessor_rows('labels', name, batch, LABEL_IMAGE_SIZE,
                                    training, ops, times, PREPROCESSORS[1])
     return rows
@@ -329,26 +347,18 @@ def measure_optimizer(name: str, args) -> List[Dict]:
                                                            optim_cfg).optimizer
     finally:
         logger.setLevel(level)
-    times = fastest({
-        g: o.step
-        for g, o in optimizers.items()
-    },
-                    rounds=args.rounds,
-                    warmup=2,
-                    iters=args.iters,
-                    sync=_sync(device))
+    times = _fastest(args, device, {g: o.step for g, o in optimizers.items()})
     return [
-        dict(
-            section='optimizer',
-            config=name,
-            path=config,
+        _row(
+            'optimizer',
+            name,
+            g,
+            times,
+            GROUPINGS[1],
             optimizer=type(o).__name__ +
             (' (fused)' if o.defaults.get('fused') else ''),
             params=sum(1 for _ in model.parameters()),
-            case=g,
-            groups=len(o.param_groups),
-            ms=times[g] * 1e3,
-            x=times[g] / times[GROUPINGS[1]]) for g, o in optimizers.items()
+            groups=len(o.param_groups)) for g, o in optimizers.items()
     ]
 
 
@@ -413,33 +423,29 @@ def measure_metric(name: str, args) -> List[Dict]:
         metric.process(None, samples)
         return metric.results  # the configs' makes the results here
 
-    times = fastest(
-        {
+    times = _fastest(
+        args,
+        device, {
             c: (lambda m=m: process_and_read(m))
             for c, m in metrics.items()
         },
-        rounds=args.rounds,
-        warmup=2,
-        iters=args.iters,
         setups={
             c: m.results.clear
             for c, m in metrics.items()
-        },
-        sync=_sync(device))
+        })
     return [
-        dict(
-            section='metric',
-            config=name,
-            path=config,
+        _row(
+            'metric',
+            name,
+            case,
+            times,
+            ACCURACIES[1],
             batch=batch,
             classes=classes,
-            case=case,
             host_copies=copies[case],
             ops=ops[case],
             same=same,
-            pickled_kb=pickled[case] / 1024,
-            ms=times[case] * 1e3,
-            x=times[case] / times[ACCURACIES[1]]) for case in metrics
+            pickled_kb=pickled[case] / 1024) for case in metrics
     ]
 
 
@@ -474,26 +480,21 @@ def measure_ema(name: str, args) -> List[Dict]:
     # the same averages, bit for bit, on this device
     states = [a.state_dict() for a in averages.values()]
     same = all(torch.equal(v, states[1][k]) for k, v in states[0].items())
-    times = fastest(
-        {
-            c: (lambda a=a: a.update_parameters(model))
-            for c, a in averages.items()
-        },
-        rounds=args.rounds,
-        warmup=2,
-        iters=args.iters,
-        sync=_sync(device))
+    times = _fastest(args, device, {
+        c: (lambda a=a: a.update_parameters(model))
+        for c, a in averages.items()
+    })
+    params = sum(1 for _ in model.parameters())
     return [
-        dict(
-            section='ema',
-            config=name,
-            path=config,
-            params=sum(1 for _ in model.parameters()),
-            case=case,
+        _row(
+            'ema',
+            name,
+            case,
+            times,
+            AVERAGES[1],
+            params=params,
             ops=ops[case],
-            same=same,
-            ms=times[case] * 1e3,
-            x=times[case] / times[AVERAGES[1]]) for case in averages
+            same=same) for case in averages
     ]
 
 
