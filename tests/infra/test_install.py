@@ -105,7 +105,10 @@ with DefaultScope.overwrite_default_scope('mmpretrain'):
     metric = METRICS.build(cfg.val_evaluator)
 assert type(model).__module__.startswith('mmpretrain.')
 assert model.backbone.pe_join.name == 'LaPE'
-assert type(metric).__module__.startswith('mmpretrain.')
+# the demo's metric: mmlape's, on mmpretrain's Accuracy
+from mmpretrain.evaluation import Accuracy
+assert type(metric).__name__ == 'LaPEAccuracy'
+assert isinstance(metric, Accuracy)
 
 # The model bases ship too: one backbone definition, in mmseg's UperNet.
 cfg = Config.fromfile('my_upernet_model.py')
