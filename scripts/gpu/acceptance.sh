@@ -35,21 +35,27 @@
 #                optimizer's groups, the configs' accuracy metric and model
 #                average against mmpretrain's and mmengine's, with their
 #                results compared on the GPU; its tables in host/)
-#                (default: host trainpath kernels deit compile dist adapter
-#                segmenter msda)
+#                and `testpath` (benchmarks/bench_test_path.py --amp for
+#                DeiT-Ti: tools/test.py end to end with the config's
+#                evaluator and with mmpretrain's, beside the model's eval
+#                step; its table in testpath/)
+#                (default: host trainpath testpath kernels deit compile dist
+#                adapter segmenter msda)
 #   KERNEL_STEPS which timm steps `kernels` times after the kernels, each in
 #                a fresh process: `eval` (with the host time per add),
 #                `train`, both (default: "eval train") or none ("")
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
 #   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
 #                512", fewer images to generate)
+#   TESTPATH_ARGS   more bench_test_path.py options (e.g. "--families
+#                deit,deit-base")
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 BUILD=${BUILD_DIR:-.gpu_build}
 DIR=$BUILD/acceptance
-SECTIONS=${SECTIONS:-host trainpath kernels deit compile dist adapter segmenter msda}
+SECTIONS=${SECTIONS:-host trainpath testpath kernels deit compile dist adapter segmenter msda}
 KERNEL_STEPS=${KERNEL_STEPS-eval train}
 mode=${1:-run}
 seconds=${2:-540}
@@ -68,6 +74,17 @@ trainpath() {
             ${TRAINPATH_ARGS:-} && mv "$tp/$mode.part" "$tp/$mode.json" ||
             echo "[acceptance] trainpath $mode: bench_train_path.py failed"
     done
+}
+
+testpath() {
+    # tools/test.py end to end, the config's evaluator against mmpretrain's
+    local t=$DIR/testpath
+    mkdir -p "$t"
+    # shellcheck disable=SC2086  # TESTPATH_ARGS is a list of options
+    "$PY" benchmarks/bench_test_path.py --families deit --amp \
+        --root "$t/work" --out "$t/testpath.md" --json "$t/testpath.json" \
+        ${TESTPATH_ARGS:-} && cp "$t/testpath.json" "$DIR/testpath.done" ||
+        echo "[acceptance] testpath: bench_test_path.py failed"
 }
 
 kernels() {
@@ -126,7 +143,7 @@ run_all() {
             continue
         fi
         if [[ $section == trainpath || $section == kernels ||
-            $section == host ]]; then
+            $section == host || $section == testpath ]]; then
             [[ -f $DIR/$section.done ]] || $section
             continue
         fi
@@ -146,7 +163,7 @@ run_all() {
         : > "$DIR/table.md"
     fi
     cat "$DIR"/kernels/*.md "$DIR"/host/*.md "$DIR"/trainpath/*.md \
-        >> "$DIR/table.md" \
+        "$DIR"/testpath/*.md >> "$DIR/table.md" \
         2>/dev/null || true
     echo done > "$DIR/status"
 }
@@ -159,6 +176,7 @@ export_results() {
     for f in "$DIR"/*.json "$DIR"/kernels/* "$DIR"/kernels/*/* "$DIR"/host/* \
         "$DIR"/trainpath/*.json "$DIR"/trainpath/*.part \
         "$DIR"/trainpath/*.md "$DIR"/trainpath/work/*-profile.txt \
+        "$DIR"/testpath/*.md "$DIR"/testpath/*.json \
         "$BUILD/mmcv_build_time.txt"; do
         [[ -f $f ]] && files+=("$f")
     done
