@@ -43,7 +43,8 @@ train_dataloader = dict(
     drop_last=True,
     sampler=dict(type='RepeatAugSampler', num_repeats=3, shuffle=True))
 # Evaluation batches of 1.5 x 256, as the official DeiT, LaPE and CeiT
-# main.py make them (mmpretrain's: 64); the same results.
+# main.py make them (mmpretrain's: 64). No image's result depends on the
+# others of its batch (a GPU may pick kernels that round differently).
 val_dataloader = dict(
     batch_size=384,
     num_workers=5,

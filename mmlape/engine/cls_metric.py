@@ -22,8 +22,11 @@ the batch would take the whole batch with it where mmengine pickles the
 results to gather them from every process. Otherwise the results are
 mmpretrain's: the same keys in the same order, values, dtypes and shapes
 (``tests/engine/test_cls_metric.py``), and ``compute_metrics`` is
-mmpretrain's. A batch whose samples differ in what they hold, in shape,
-dtype or device goes through mmpretrain's code unchanged.
+mmpretrain's; the tensors are contiguous and are not the inputs
+themselves, as mmpretrain's ``.cpu()`` of a tensor already on the host
+returns it. A batch whose samples differ in what they hold, in shape,
+dtype or device, or that carries autograd history, goes through
+mmpretrain's code unchanged.
 """
 from typing import List, Sequence, Tuple
 
@@ -133,12 +136,20 @@ class LaPEAccuracy(Accuracy):
             return super().process(data_batch, data_samples)
         preds = [s[pred_key] for s in data_samples]
         labels = [s['gt_label'] for s in data_samples]
-        if not (stackable(preds) and stackable(labels)):
+        if not (stackable(preds) and stackable(labels)) or any(
+                t.requires_grad for t in preds + labels):
+            # (a stack would give every row the autograd history that
+            # mmpretrain's copies give only the rows that have one)
             return super().process(data_batch, data_samples)
         self._pending.append((pred_key, HostBatch(preds), HostBatch(labels)))
         # the batches whose copies have ended (on the host, this one):
         # the host memory held stays that of the copies in flight
         self._take(wait=False)
+
+    def __getstate__(self) -> dict:
+        # a copy or a pickle holds results, not copies in flight
+        self._take(wait=True)
+        return self.__dict__.copy()
 
     def _take(self, wait: bool) -> None:
         """Make the results of the pending batches, in order: all of them

@@ -51,11 +51,18 @@ class LaPEExponentialMovingAverage(ExponentialMovingAverage):
             if averaged.dtype.is_floating_point:
                 avg, src = groups.setdefault((averaged.device, averaged.dtype),
                                              ([], []))
-                avg.append(averaged)
-                src.append(source[key].to(averaged.device))
-        with torch.no_grad():  # mmengine's reads and writes ``.data``
-            for avg, src in groups.values():
-                torch._foreach_lerp_(avg, src, self.momentum)
+                # ``.data``, as mmengine's: autograd does not see the
+                # update as an in-place change of the parameter
+                avg.append(averaged.data)
+                src.append(source[key].data.to(averaged.device))
+        if any(
+                len({t.data_ptr()
+                     for t in avg}) < len(avg) for avg, _ in groups.values()):
+            # a tensor listed twice (tied weights in a state dict):
+            # mmengine updates it twice, one after the other
+            return super().update_parameters(model)
+        for avg, src in groups.values():
+            torch._foreach_lerp_(avg, src, self.momentum)
         if not self.update_buffers:
             for b_avg, b_src in zip(self.module.buffers(), model.buffers()):
                 b_avg.data.copy_(b_src.data.to(b_avg.device))

@@ -134,6 +134,35 @@ def test_other_batches_take_mmpretrain_path(case):
     assert ours_calls.calls == 2 * 4  # mmpretrain's copies
 
 
+def test_autograd_history_takes_mmpretrain_path():
+    """Scores that carry autograd history (outside mmengine's loops,
+    which evaluate without it): mmpretrain's copies, each row's history
+    its own."""
+    samples = _samples(3)
+    samples[0]['pred_score'] = samples[0]['pred_score'].clone().requires_grad_(
+    )
+    host, ours = Accuracy(), LaPEAccuracy()
+    host.process(None, samples)
+    with CpuCalls() as calls:
+        ours.process(None, samples)
+    assert calls.calls == 2 * 3
+    assert [(r['pred_score'].requires_grad, r['pred_score'].is_leaf)
+            for r in ours.results] == [(True, True), (False, True),
+                                       (False, True)]
+    _assert_same_results(host.results, ours.results)
+
+
+def test_copies_and_pickles_hold_the_results():
+    """A copy or a pickle of the metric holds the results of the batches
+    it has been given, not copies in flight."""
+    ours = LaPEAccuracy(topk=(1, 5))
+    ours.process(None, _samples(4))
+    for other in (copy.deepcopy(ours), pickle.loads(pickle.dumps(ours))):
+        assert not other._pending
+        _assert_same_results(ours.results, other.results)
+        assert other.evaluate(4) == copy.deepcopy(ours).evaluate(4)
+
+
 @pytest.mark.parametrize('missing', ['gt_label', 'pred_label'])
 def test_missing_keys_fail_as_mmpretrain(missing):
     samples = _samples(3, scores=False)

@@ -140,3 +140,37 @@ def test_t2t_config_builds_it_with_mmpretrain_settings():
         hook.before_run(Runner)
     assert type(hook.ema_model) is LaPEExponentialMovingAverage
     assert hook.ema_model.momentum == pytest.approx(4e-5)
+
+
+def test_tied_weights_and_autograd_as_mmengine():
+    """A weight two modules share is listed twice by the state dict:
+    mmengine updates it twice, and so does mmlape's (one after the other).
+    The update changes ``.data``, as mmengine's: autograd's version of
+    the averaged parameters does not move."""
+
+    class Tied(nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(3, 3)
+            self.b = nn.Linear(3, 3)
+            self.b.weight = self.a.weight
+
+    model = Tied()
+    kwargs = dict(momentum=0.25, update_buffers=True)
+    host = ExponentialMovingAverage(model, **kwargs)
+    ours = LaPEExponentialMovingAverage(model, **kwargs)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen))
+        host.update_parameters(model)
+        ours.update_parameters(model)
+    for key, value in host.state_dict().items():
+        assert torch.equal(value, ours.state_dict()[key]), key
+    plain = LaPEExponentialMovingAverage(_model(), momentum=0.1)
+    plain.update_parameters(_model(seed=1))
+    versions = [p._version for p in plain.module.parameters()]
+    plain.update_parameters(_model(seed=2))
+    assert [p._version for p in plain.module.parameters()] == versions
