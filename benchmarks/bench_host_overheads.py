@@ -129,11 +129,12 @@ def make_items(batch: int, size: int, classes: int) -> List[Dict]:
 
 class OpCount(torch.utils._python_dispatch.TorchDispatchMode):
     """Counts the ATen operations dispatched inside it (``with OpCount() as
-    count: ...``, then ``count.ops``)."""
+    count: ...``, then ``count.ops``; ``count.names``: each one's name)."""
 
     def __init__(self):
         super().__init__()
         self.ops = 0
+        self.names: List[str] = []
 
     def __enter__(self):
         super().__enter__()
@@ -141,6 +142,7 @@ class OpCount(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
+        self.names.append(func.__name__)
         return func(*args, **(kwargs or {}))
 
 
@@ -465,7 +467,7 @@ def measure_ema(name: str, args) -> List[Dict]:
         zip(AVERAGES,
             (ExponentialMovingAverage(model, momentum=hook.momentum),
              LaPEExponentialMovingAverage(model, momentum=hook.momentum))))
-    ops = {}
+    ops, lerps = {}, {}
     for case, average in averages.items():
         average.update_parameters(model)  # the first copies the model
         with torch.no_grad():  # as a training step leaves the model
@@ -473,7 +475,10 @@ def measure_ema(name: str, args) -> List[Dict]:
                 p.mul_(0.5)
         with OpCount() as count:
             average.update_parameters(model)
+        # all the operations (``.data`` included, which launch nothing),
+        # and the updates (on a GPU, kernel launches)
         ops[case] = count.ops
+        lerps[case] = sum('lerp' in n for n in count.names)
         with torch.no_grad():
             for p in model.parameters():
                 p.mul_(2)
@@ -494,6 +499,7 @@ def measure_ema(name: str, args) -> List[Dict]:
             AVERAGES[1],
             params=params,
             ops=ops[case],
+            lerps=lerps[case],
             same=same) for case in averages
     ]
 
@@ -519,10 +525,10 @@ TABLES = {
      (r['config'], r['batch'], r['classes'], r['case'], r[
          'host_copies'], f"{r['ops']:,}", f"{r['pickled_kb']:,.0f}", r['same'],
       f"{r['ms']:.2f}", f"{r['x']:.2f}")),
-    'ema': (('config', 'parameters', 'average', 'ATen ops', 'same values',
-             'ms per update', 'x'), lambda r:
-            (r['config'], r['params'], r['case'], r['ops'], r['same'],
-             f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+    'ema': (('config', 'parameters', 'average', 'ATen ops', 'lerp ops',
+             'same values', 'ms per update', 'x'), lambda r:
+            (r['config'], r['params'], r['case'], r['ops'], r['lerps'], r[
+                'same'], f"{r['ms']:.2f}", f"{r['x']:.2f}")),
 }
 
 
