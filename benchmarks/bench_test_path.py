@@ -40,7 +40,6 @@ import os
 import os.path as osp
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -201,30 +200,14 @@ def read_test_log(work_dir: str, warmup: int) -> Dict:
 
 def run_test(config: str, checkpoint: str, work_dir: str, args) -> Dict:
     """``tools/test.py`` end to end; figures from its log."""
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([ROOT,
-                                    os.environ.get('PYTHONPATH',
-                                                   '')]).rstrip(os.pathsep),
-        PYTHONUNBUFFERED='1')
-    if args.threads:
-        env['OMP_NUM_THREADS'] = str(args.threads)
     os.makedirs(work_dir, exist_ok=True)
-    out_path = osp.join(work_dir, 'test.out')
     cmd = [
         sys.executable,
         osp.join(ROOT, 'tools', 'test.py'), config, checkpoint, '--work-dir',
         work_dir
     ] + (['--amp'] if args.amp else []) + (['--compile']
                                            if args.compile else [])
-    with open(out_path, 'w') as f:
-        done = subprocess.run(
-            cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
-    if done.returncode:
-        with open(out_path) as f:
-            tail = f.read()[-1500:]
-        raise RuntimeError(f'tools/test.py exited with {done.returncode} '
-                           f'(log {out_path}): ...{tail}')
+    train_path.run_tool(cmd, osp.join(work_dir, 'test.out'), args.threads)
     result = read_test_log(work_dir, args.warmup)
     dumped = glob.glob(osp.join(work_dir, '*', 'vis_data', 'config.py'))
     result.update(
@@ -279,10 +262,6 @@ def run_family(family: str, args, root: str) -> Dict:
     return result
 
 
-def _rate(value: float) -> str:
-    return f'{value:,.1f}' if value < 100 else f'{value:,.0f}'
-
-
 def markdown(report: Dict) -> str:
     m = report['machine']
     lines = [
@@ -298,11 +277,11 @@ def markdown(report: Dict) -> str:
             name = r['evaluator'] if evaluator == 'config' else evaluator
             top1 = run['metrics'].get('accuracy/top1')
             lines.append('| ' + ' | '.join(
-                str(c)
-                for c in (r['family'], r['batch'], name,
-                          _rate(r['model']['img_s']), _rate(run['img_s']),
-                          f"{run['data_share']:.2f}", run['workers'], top1,
-                          r['same_metrics'])) + ' |')
+                str(c) for c in (r['family'], r['batch'], name,
+                                 train_path.rate(r['model']['img_s']),
+                                 train_path.rate(run['img_s']),
+                                 f"{run['data_share']:.2f}", run['workers'],
+                                 top1, r['same_metrics'])) + ' |')
     return '\n'.join(lines) + '\n'
 
 

@@ -589,9 +589,10 @@ def run_workers(work_dir: str) -> Optional[int]:
     return cfg.train_dataloader.get('num_workers', 0)
 
 
-def measure_train(config: str, work_dir: str, warmup: int, args,
-                  threads: Optional[int]) -> Dict:
-    """``tools/train.py`` end to end; figures from its log."""
+def run_tool(cmd: List[str], log: str, threads: Optional[int]) -> float:
+    """Run a tool's command line from the repository root (on its import
+    path, unbuffered, ``threads`` OMP threads where given), its output to
+    ``log``; its wall seconds. A failure raises with the log's tail."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([ROOT,
@@ -600,9 +601,6 @@ def measure_train(config: str, work_dir: str, warmup: int, args,
         PYTHONUNBUFFERED='1')
     if threads:
         env['OMP_NUM_THREADS'] = str(threads)
-    os.makedirs(work_dir, exist_ok=True)
-    log = osp.join(work_dir, 'train.out')
-    cmd = train_command(config, work_dir, args.compile, args.amp)
     start = time.perf_counter()
     with open(log, 'w') as f:
         out = subprocess.run(
@@ -611,8 +609,18 @@ def measure_train(config: str, work_dir: str, warmup: int, args,
     if out.returncode:
         with open(log) as f:
             tail = f.read()[-1500:]
-        raise RuntimeError(f'tools/train.py exited with {out.returncode} '
-                           f'(log {log}): ...{tail}')
+        raise RuntimeError(f'{osp.relpath(cmd[1], ROOT)} exited with '
+                           f'{out.returncode} (log {log}): ...{tail}')
+    return wall
+
+
+def measure_train(config: str, work_dir: str, warmup: int, args,
+                  threads: Optional[int]) -> Dict:
+    """``tools/train.py`` end to end; figures from its log."""
+    os.makedirs(work_dir, exist_ok=True)
+    log = osp.join(work_dir, 'train.out')
+    cmd = train_command(config, work_dir, args.compile, args.amp)
+    wall = run_tool(cmd, log, threads)
     result = read_train_log(work_dir, warmup)
     with open(log) as f:
         text = f.read()
@@ -756,7 +764,8 @@ def machine() -> Dict:
         date=time.strftime('%Y-%m-%d'))
 
 
-def _rate(value: float) -> str:
+def rate(value: float) -> str:
+    """Images per second as the reports write them."""
     if value < 1:
         return f'{value:.3f}'
     return f'{value:,.1f}' if value < 100 else f'{value:,.0f}'
@@ -786,10 +795,10 @@ def markdown(report: Dict) -> str:
             batch += f" (config {fam['config_batch']})"
         cells = [
             fam['family'], batch,
-            _rate(loader['img_s_cpu']),
-            _rate(loader['img_s_wall']),
-            _rate(model['img_s']) if model else '-',
-            _rate(train['img_s']) if train else '-',
+            rate(loader['img_s_cpu']),
+            rate(loader['img_s_wall']),
+            rate(model['img_s']) if model else '-',
+            rate(train['img_s']) if train else '-',
             f"{train['data_share']:.0%}" if train else '-',
             str(train['workers']) if train else '-',
             f"{limit['train_over_bound']:.2f} ({limit['limited_by']})"
