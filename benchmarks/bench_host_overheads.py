@@ -26,14 +26,17 @@ the classification configs' choices against mmengine's defaults.
   Python and launch per group; the updates are the same
   (``tests/configs/test_recipes.py``).
 - ``metric``: the configs' evaluator (``LaPEAccuracy``) against
-  mmpretrain's ``Accuracy`` on an evaluation batch as the model leaves it
-  (scores and labels on the device, views of the batch's): mmpretrain's
-  copies each sample's score and label to the host (on a GPU each copy
-  waits for the device), the configs' the batch's in two copies, with the
-  same results (``tests/engine/test_cls_metric.py``). Also the bytes of a
-  batch's results as mmengine pickles them to gather them across
-  processes: on the host, mmpretrain's results are views that each take
-  the whole batch with them.
+  mmpretrain's ``Accuracy`` on an evaluation of ``--eval-batches``
+  batches as the model leaves them (scores and labels on the device, views
+  of the batch's): each batch processed, then ``evaluate``, as mmengine's
+  loops call them; the time per batch. mmpretrain's copies each sample's
+  score and label to the host (on a GPU each copy waits for the device),
+  the configs' the batch's in two copies, kept as the batch's stacks, with
+  the same results and metrics (``tests/engine/test_cls_metric.py``).
+  Also the bytes of a batch's per-sample results pickled (on the host,
+  mmpretrain's are views that each take the whole batch with them) and
+  of what a process sends to be gathered in ``evaluate`` (pickled, as
+  mmengine pickles it where there are several processes), per batch.
 - ``ema``: one update of the model's moving average of the configs that
   keep one (T2T-ViT: ``EMAHook`` every step), mmengine's
   ``ExponentialMovingAverage`` (one ``lerp_`` per parameter) against the
@@ -364,13 +367,16 @@ def measure_optimizer(name: str, args) -> List[Dict]:
     ]
 
 
-def eval_samples(batch: int, classes: int, device: torch.device) -> List[Dict]:
+def eval_samples(batch: int,
+                 classes: int,
+                 device: torch.device,
+                 seed: int = 0) -> List[Dict]:
     """An evaluation batch as mmengine's evaluator gives it to the metrics:
     the model's data samples as dicts, their scores and labels views of
     the batch's on the device (as mmpretrain's head and the configs' data
     preprocessor leave them)."""
     from mmpretrain.structures import DataSample
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     scores = torch.randn(batch, classes, generator=gen).to(device).softmax(1)
     labels = torch.randint(0, classes, (batch, ), generator=gen).to(device)
     preds = scores.argmax(1, keepdim=True)
@@ -390,9 +396,54 @@ def _same_results(a: List[Dict], b: List[Dict]) -> bool:
                                    for k in x) for x, y in zip(a, b))
 
 
+class _ByteCount:
+    """A file that counts what is written to it and keeps nothing."""
+
+    def __init__(self):
+        self.bytes = 0
+
+    def write(self, data) -> int:
+        self.bytes += len(data)
+        return len(data)
+
+
+class GatheredBytes:
+    """Inside it, mmengine's ``collect_results`` (as the metrics call it)
+    counts the bytes of what this process sends to be gathered, pickled
+    as mmengine pickles it."""
+
+    MODULES = ('mmengine.evaluator.metric', 'mmlape.engine.cls_metric')
+
+    def __init__(self):
+        self.bytes = 0
+
+    def __enter__(self):
+        import importlib
+        self._saved = []
+        for name in self.MODULES:
+            module = importlib.import_module(name)
+            collect = module.collect_results
+
+            def counting(results, *args, _collect=collect, **kwargs):
+                count = _ByteCount()
+                pickle.dump(results, count, protocol=2)
+                self.bytes += count.bytes
+                return _collect(results, *args, **kwargs)
+
+            self._saved.append((module, collect))
+            module.collect_results = counting
+        return self
+
+    def __exit__(self, *exc):
+        for module, collect in self._saved:
+            module.collect_results = collect
+
+
 def measure_metric(name: str, args) -> List[Dict]:
-    """The config's evaluator and mmpretrain's ``Accuracy`` on one
-    evaluation batch of the config's size."""
+    """The config's evaluator and mmpretrain's ``Accuracy`` on an
+    evaluation of ``--eval-batches`` batches of the config's size: each
+    batch's ``process``, then ``evaluate`` (as mmengine's loops call
+    them)."""
     from mmengine.config import Config
     from mmengine.registry import DefaultScope
     from mmpretrain.evaluation import Accuracy
@@ -409,45 +460,55 @@ def measure_metric(name: str, args) -> List[Dict]:
     metrics = dict(
         zip(ACCURACIES, (Accuracy(topk=cfg.val_evaluator.topk), ours)))
     batch = args.batch or cfg.val_dataloader.batch_size
+    batches = args.eval_batches
     classes = cfg.data_preprocessor.num_classes
-    samples = eval_samples(batch, classes, device)
-    copies, ops, pickled, results = {}, {}, {}, {}
+    # batches of their own (a batch's results that are views of it take
+    # it along where they are pickled)
+    evaluated = [
+        eval_samples(batch, classes, device, seed=i) for i in range(batches)
+    ]
+    samples = evaluated[0]
+
+    def evaluation(metric):
+        for each in evaluated:
+            metric.process(None, each)
+        return metric.evaluate(batch * batches)
+
+    copies, ops, pickled, results, gathered, values = {}, {}, {}, {}, {}, {}
     for case, metric in metrics.items():
-        metric.results.clear()
+        metric.results = []
         with HostCopies() as count, OpCount() as aten:
             metric.process(None, samples)
-            results[case] = metric.results
         copies[case], ops[case] = count.calls, aten.ops
+        results[case] = metric.results  # the configs' makes them here
         pickled[case] = len(pickle.dumps(results[case], protocol=2))
-    same = _same_results(*results.values())
-
-    def process_and_read(metric):
-        metric.process(None, samples)
-        return metric.results  # the configs' makes the results here
-
-    times = _fastest(
-        args,
-        device, {
-            c: (lambda m=m: process_and_read(m))
-            for c, m in metrics.items()
-        },
-        setups={
-            c: m.results.clear
-            for c, m in metrics.items()
-        })
+        metric.results = []
+        with GatheredBytes() as sent:
+            values[case] = evaluation(metric)
+        gathered[case] = sent.bytes
+    same = _same_results(*results.values()) and \
+        values[ACCURACIES[0]] == values[ACCURACIES[1]]
+    times = _fastest(args, device, {
+        c: (lambda m=m: evaluation(m))
+        for c, m in metrics.items()
+    })
     return [
         _row(
             'metric',
             name,
-            case,
-            times,
+            case, {
+                c: t / batches
+                for c, t in times.items()
+            },
             ACCURACIES[1],
             batch=batch,
+            batches=batches,
             classes=classes,
             host_copies=copies[case],
             ops=ops[case],
             same=same,
-            pickled_kb=pickled[case] / 1024) for case in metrics
+            pickled_kb=pickled[case] / 1024,
+            gathered_kb=gathered[case] / 1024 / batches) for case in metrics
     ]
 
 
@@ -521,10 +582,11 @@ TABLES = {
                       'groups'], f"{r['ms']:.2f}", f"{r['x']:.2f}")),
     'metric':
     (('config', 'batch', 'classes', 'metric', 'host copies', 'ATen ops',
-      'results pickled, KB', 'same results', 'ms per batch', 'x'), lambda r:
-     (r['config'], r['batch'], r['classes'], r['case'], r[
-         'host_copies'], f"{r['ops']:,}", f"{r['pickled_kb']:,.0f}", r['same'],
-      f"{r['ms']:.2f}", f"{r['x']:.2f}")),
+      'results pickled, KB', 'gathered, KB per batch', 'same results',
+      'ms per batch', 'x'), lambda r:
+     (r['config'], r['batch'], r['classes'], r['case'], r['host_copies'],
+      f"{r['ops']:,}", f"{r['pickled_kb']:,.0f}", f"{r['gathered_kb']:,.0f}",
+      r['same'], f"{r['ms']:.2f}", f"{r['x']:.2f}")),
     'ema': (('config', 'parameters', 'average', 'ATen ops', 'lerp ops',
              'same values', 'ms per update', 'x'), lambda r:
             (r['config'], r['params'], r['case'], r['ops'], r['lerps'], r[
@@ -576,6 +638,12 @@ def parse_args(argv=None):
         default='cpu',
         help='cpu (default) or cuda: the batch pinned, as the loaders pin '
         'it')
+    parser.add_argument(
+        '--eval-batches',
+        type=int,
+        default=8,
+        help='batches of the metric section\'s evaluation, each processed, '
+        'then evaluated (default: 8); its time is per batch')
     parser.add_argument('--rounds', type=int, default=10)
     parser.add_argument(
         '--iters', type=int, default=3, help='calls per timed round')

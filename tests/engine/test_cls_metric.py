@@ -37,6 +37,36 @@ class CpuCalls(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class CloneCalls(TorchFunctionMode):
+    """Counts the ``Tensor.clone`` calls made inside it (one a sample where
+    the per-sample results are made)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.clone:
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _Seen:
+    """Keeps the results that ``compute_metrics`` was given."""
+
+    def compute_metrics(self, results):
+        self.seen = list(results)
+        return super().compute_metrics(results)
+
+
+class SeenAccuracy(_Seen, Accuracy):
+    pass
+
+
+class SeenLaPEAccuracy(_Seen, LaPEAccuracy):
+    pass
+
+
 def _samples(batch, classes=7, scores=True, seed=0):
     """What mmengine's evaluator gives the metrics: the model's data
     samples as dicts, their tensors views of the batch's."""
@@ -84,6 +114,86 @@ def test_results_and_metrics_as_mmpretrain(scores, topk):
     assert ours.compute_metrics(ours.results) == \
         host.compute_metrics(host.results)
     assert ours.evaluate(18) == host.evaluate(18)
+
+
+@pytest.mark.parametrize('scores', [True, False], ids=['scores', 'labels'])
+@pytest.mark.parametrize('size', [13, 11, 1])
+def test_evaluate_gathers_stacks_in_mmengines_order(scores, size):
+    """``evaluate`` without the per-sample results ever read: the results
+    that ``compute_metrics`` gets are mmengine's, in its order and cut to
+    ``size`` (the sampler's padding), and no sample's result is made by
+    itself (no clone a sample)."""
+    batches = [
+        _samples(n, classes=9, scores=scores, seed=s)
+        for s, n in enumerate((5, 5, 3))
+    ]
+    host = _process(SeenAccuracy(topk=(1, 3)), batches)
+    ours = SeenLaPEAccuracy(topk=(1, 3))
+    with CloneCalls() as clones:
+        _process(ours, batches)
+        metrics = ours.evaluate(size)
+    assert clones.calls == 0
+    assert metrics == host.evaluate(size)
+    assert len(ours.seen) == size
+    _assert_same_results(host.seen, ours.seen)
+    assert ours.results == [] and not ours._blocks and not ours._pending
+
+
+def _parts(lengths, rows_in=(), dtypes=None, seed=0):
+    """Processes' ``(rows, blocks)`` as ``LaPEAccuracy.evaluate`` sends
+    them, and each process's per-sample results as mmpretrain makes
+    them: ``lengths`` their batches' sizes, the processes in
+    ``rows_in`` holding their first batch as per-sample results."""
+    parts, lists = [], []
+    for r, batches in enumerate(lengths):
+        rows, blocks, samples = [], [], []
+        for b, n in enumerate(batches):
+            batch = _samples(n, seed=seed + 10 * r + b)
+            if dtypes:
+                for sample in batch:
+                    sample['pred_score'] = sample['pred_score'].to(dtypes[r])
+            host = _process(Accuracy(), [batch]).results
+            samples += host
+            if r in rows_in and b == 0:
+                rows += host
+            else:
+                blocks.append(('pred_score',
+                               torch.stack([h['pred_score'] for h in host]),
+                               torch.stack([h['gt_label'] for h in host])))
+        parts.append((rows, blocks))
+        lists.append(samples)
+    return parts, lists
+
+
+@pytest.mark.parametrize(
+    'lengths, rows_in, dtypes, size',
+    [
+        (((3, 2), (3, 2), (3, 2)), (), None, 14),  # stacks only
+        (((3, 2), (3, 1), (3, 2)), (), None, 14),  # uneven
+        (((3, 2), (), (4, )), (), None, 9),  # a process with none
+        (((3, 2), (3, 2)), (1, ), None, 9),  # per-sample results in one
+        (((3, 2), (1, ), (2, )), (0, ), None, 8),  # ... and uneven
+        (((2, ), (2, ), (2, )), (), None, 2),  # size below the processes
+        (((2, ), (2, )), (), (torch.float32, torch.float64), 4),  # dtypes
+    ])
+def test_gathered_results_order(lengths, rows_in, dtypes, size):
+    """mmengine's ``collect_results`` order (``zip_longest`` over the
+    processes): the first result of each process in turn, then the
+    second of each that has one, and so on; the first ``size``. From
+    stacks or per-sample results alike."""
+    parts, lists = _parts(lengths, rows_in, dtypes)
+    longest = max(map(len, lists))
+    expected = [
+        each[i] for i in range(longest) for each in lists if i < len(each)
+    ][:size]
+    assert len(expected) == min(size, sum(map(len, lists)))
+    _assert_same_results(expected, cls_metric.gathered_results(parts, size))
+
+
+def test_turn_order():
+    assert cls_metric.turn_order([2, 2]).tolist() == [0, 2, 1, 3]
+    assert cls_metric.turn_order([3, 0, 1]).tolist() == [0, 3, 1, 2]
+    assert cls_metric.turn_order([0, 2]).tolist() == [0, 1]
 
 
 def test_two_copies_a_batch_not_two_a_sample():
@@ -193,6 +303,67 @@ def test_stackable_and_host_batch():
     assert rows[1].untyped_storage().nbytes() == 3 * 8
 
 
+class _Event:
+    """A CUDA event's calls, on the host: ``query`` says ``done``."""
+
+    def __init__(self, done):
+        self.done, self.synchronized = done, 0
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.synchronized += 1
+        self.done = True
+
+
+def test_host_batch_waits_for_its_copy_once():
+    """A copy from CUDA (its event stood in for): ``ready`` asks the
+    event, ``tensor`` waits for it once and keeps the values in memory of
+    their own, not in the pinned copy (which goes back to the pool)."""
+    batch = cls_metric.HostBatch([torch.arange(3), torch.arange(3) + 3])
+    pinned = batch._host
+    batch._event = event = _Event(done=False)
+    assert not batch.ready()
+    host = batch.tensor()
+    assert event.synchronized == 1 and batch.ready()
+    assert torch.equal(host, pinned)
+    assert host.untyped_storage().data_ptr() != \
+        pinned.untyped_storage().data_ptr()
+    assert batch.tensor() is host and event.synchronized == 1
+
+
+def test_copies_in_flight_wait_their_turn():
+    """A batch whose copy has not ended stays pending, and the batches
+    after it wait behind it, until its copy ends or the results are
+    read; the results keep mmpretrain's order."""
+    batches = [_samples(3, seed=s) for s in range(3)]
+    host, ours = Accuracy(), LaPEAccuracy()
+    _process(host, batches)
+    events = []
+    real = cls_metric.HostBatch.__init__
+
+    def in_flight(self, tensors):
+        real(self, tensors)
+        self._event = _Event(done=False)
+        events.append(self._event)
+
+    cls_metric.HostBatch.__init__ = in_flight
+    try:
+        _process(ours, batches[:2])  # two batches, four copies in flight
+    finally:
+        cls_metric.HostBatch.__init__ = real
+    assert len(ours._pending) == 2 and not ours._blocks
+    events[0].done = events[1].done = True  # the first batch's copies end
+    _process(ours, batches[2:])  # this one's copies end at once (host)
+    # the first batch kept; the last waits behind the second
+    assert len(ours._blocks) == 1 and len(ours._pending) == 2
+    _assert_same_results(host.results, ours.results)  # waits for the rest
+    # each copy waited for once (at once, where it had ended)
+    assert [e.synchronized for e in events] == [1] * 4
+    assert not ours._pending
+
+
 def test_results_read_in_between_and_reset():
     """Reading the results between batches, mmpretrain's code taking a
     batch in between, and mmengine's reset of the list keep mmpretrain's
@@ -256,6 +427,18 @@ def test_deit_model_outputs_through_the_configs_evaluator(imagenet):
         [evaluators[1].evaluate(4)]
 
 
+#: the two-process cases: (name, collect_device, each rank's batches,
+#: the batches of rank 1 that mmpretrain's code takes, results cut)
+GATHER_CASES = (
+    ('stacks', 'cpu', ((0, 2), (1, 3)), (), 1),
+    ('rank 1 per sample', 'cpu', ((0, 2), (1, 3)), (1, ), 1),
+    ('uneven', 'cpu', ((0, 1, 2), (3, )), (), 0),
+    ('rank 1 without any', 'cpu', ((0, 1), ()), (), 0),
+    ('rank 0 without any, one result', 'cpu', ((), (0, )), (), 4),
+    ('uneven, gathered by the device', 'gpu', ((0, 1, 2), (3, )), (), 2),
+)
+
+
 def _gather_rank(rank, world, port, samples, out):
     """One process of :func:`test_two_processes_gather_as_mmpretrain`."""
     import torch.distributed as dist
@@ -265,23 +448,37 @@ def _gather_rank(rank, world, port, samples, out):
         rank=rank,
         world_size=world)
     try:
-        metrics = []
-        for metric in (Accuracy(topk=(1, 5)), LaPEAccuracy(topk=(1, 5))):
-            # the rank's share of the batches, as mmengine's sampler deals
-            # them out
-            for i in range(rank, len(samples), world):
-                metric.process(None, copy.deepcopy(samples[i]))
-            metrics.append(metric.evaluate(sum(map(len, samples)) - 1))
+        metrics, seen = [], []
+        for _, device, dealt, by_mmpretrain, cut in GATHER_CASES:
+            size = sum(len(samples[i]) for mine in dealt for i in mine) - cut
+            for metric in (SeenAccuracy(topk=(1, 5), collect_device=device),
+                           SeenLaPEAccuracy(
+                               topk=(1, 5), collect_device=device)):
+                # the rank's share of the batches
+                for i in dealt[rank]:
+                    batch = copy.deepcopy(samples[i])
+                    if rank == 1 and i in by_mmpretrain:
+                        batch[0]['gt_label'] = batch[0]['gt_label'].int()
+                    metric.process(None, batch)
+                metrics.append(metric.evaluate(size))
+                seen.append((size, getattr(metric, 'seen', None)))
         if rank == 0:
-            out.put(metrics)
+            # (a file: a queue's put of this much waits for its reader,
+            # and the parent reads after the processes have ended)
+            with open(out, 'wb') as f:
+                pickle.dump((metrics, seen), f)
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_two_processes_gather_as_mmpretrain():
-    """Two processes (gloo): mmengine gathers the ranks' results through
-    pickled files and cuts the padding; the metrics equal mmpretrain's."""
+def test_two_processes_gather_as_mmpretrain(tmp_path):
+    """Two processes (gloo): mmengine gathers the ranks' results (through
+    pickled files, or the device's collectives) and cuts the padding; the
+    results rank 0 computes from, in their order, and the metrics equal
+    mmpretrain's: with stacks on both ranks, a batch of rank 1 taken by
+    mmpretrain's code, ranks with unequal shares (a sampler that does not
+    round up), a rank without any, and fewer results than ranks."""
     import socket
 
     import torch.multiprocessing as mp
@@ -289,13 +486,19 @@ def test_two_processes_gather_as_mmpretrain():
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
     samples = [_samples(5, seed=s) for s in range(4)]
-    ctx = mp.get_context('spawn')
-    out = ctx.Queue()
+    out = str(tmp_path / 'rank0.pkl')
     mp.start_processes(
         _gather_rank,
         args=(2, port, samples, out),
         nprocs=2,
         join=True,
         start_method='spawn')
-    host, ours = out.get(timeout=60)
-    assert ours == host and set(host) == {'accuracy/top1', 'accuracy/top5'}
+    with open(out, 'rb') as f:
+        metrics, seen = pickle.load(f)
+    assert len(metrics) == 2 * len(GATHER_CASES)
+    for host, ours in zip(metrics[::2], metrics[1::2]):
+        assert ours == host and set(host) == {'accuracy/top1', 'accuracy/top5'}
+    # the results gathered on rank 0: mmengine's, in its order
+    for (size, host), (_, ours) in zip(seen[::2], seen[1::2]):
+        assert len(host) == size
+        _assert_same_results(host, ours)

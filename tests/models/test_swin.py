@@ -20,6 +20,7 @@ from mmlape.models import LaPESwin, LaPEViT
 from mmlape.models.checkpoint.swin import (convert_swin_backbone,
                                            convert_swin_checkpoint,
                                            detect_swin_format)
+from mmlape.utils import safe_torch_load
 
 TINY = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 IMG, WS = 64, 4  # stage grids 16, 8, 4 (= a window), 2 (padded)
@@ -692,7 +693,7 @@ def test_tiny_swin_through_train_and_test_tools(tmp_path):
     log = run(['tools/train.py', config, '--work-dir', work] + options)
     assert 'Epoch(train) [2][2/2]' in log
     ckpt = osp.join(work, 'epoch_2.pth')
-    state = torch.load(ckpt, map_location='cpu')['state_dict']
+    state = safe_torch_load(ckpt, map_location='cpu')['state_dict']
     assert 'backbone.pe_join.last_norm.weight' in state
     assert 'backbone.layers.0.blocks.0.pe_norm.weight' in state
     log = run(['tools/test.py', config, ckpt, '--work-dir', work] + options)

@@ -64,11 +64,16 @@ def test_every_section_in_one_run(tmp_path):
     host, ours = (r for r in rows if r['section'] == 'metric')
     assert (host['case'], ours['case']) == bench.ACCURACIES
     assert host['batch'] == ours['batch'] == 6 and host['classes'] == 100
-    # two copies a sample against two a batch, the same results, and
-    # results that pickle without the batch
+    assert host['batches'] == ours['batches'] == 8
+    # two copies a sample against two a batch, the same results and
+    # metrics, and results that pickle without the batch
     assert (host['host_copies'], ours['host_copies']) == (12, 2)
     assert host['same'] is ours['same'] is True
     assert ours['pickled_kb'] * 3 < host['pickled_kb']
+    # what a process sends to be gathered: about a batch's scores per
+    # batch (6 x 100 float32), mmpretrain's the whole batch a sample
+    assert 6 * 100 * 4 / 1024 < ours['gathered_kb'] < 2 * 6 * 100 * 4 / 1024
+    assert host['gathered_kb'] > 6 * 6 * 100 * 4 / 1024
     assert ours['x'] == 1.0 and host['ms'] > 0
     host, ours = (r for r in rows if r['section'] == 'ema')
     assert (host['case'], ours['case']) == bench.AVERAGES
