@@ -42,7 +42,7 @@ def _build_cls_data_preprocessor(**kwargs):
 @METRICS.register_module(name='LaPEAccuracy')
 def _build_accuracy(**kwargs):
     """Build :class:`LaPEAccuracy` (mmpretrain's, with a batch's results
-    copied to the host in one go) from a config."""
+    copied to the host in one go and gathered as stacks) from a config."""
     from .cls_metric import LaPEAccuracy
     return LaPEAccuracy(**kwargs)
 
