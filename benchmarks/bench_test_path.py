@@ -1,13 +1,17 @@
 """The user's evaluation path, measured in one run: ``tools/test.py`` end
 to end with the config's evaluator and with mmpretrain's ``Accuracy``,
-beside the model's own evaluation step, for the DeiT-Ti and DeiT-B LaPE
-configs.
+beside the model's own evaluation step and the test loader alone, for the
+DeiT-Ti and DeiT-B LaPE configs.
 
 On a generated ImageNet-layout validation set of JPEGs of ImageNet's size
 (:func:`mmlape.datasets.generate_imagenet`), repeated so that one test
 epoch holds ``--iters`` batches of the config's evaluation batch (384), for
 each family:
 
+- **loader**: the config's test dataloader (its dataset, pipeline, sampler
+  and collate) iterated in one process on one thread as a worker runs it:
+  images per second per worker, from the process's CPU time; and the
+  workers the model-only rate needs (model-only img/s / that rate);
 - **model-only**: ``model.test_step`` (the data preprocessor included) of
   the config's model on one batch of the config's test loader held in
   memory, the fastest of ``--model-steps`` after a warm-up, each ended by
@@ -59,9 +63,10 @@ EVALUATORS = ('config', 'Accuracy')
 #: A logged test iteration of mmengine's text log.
 TEST_LINE = re.compile(r'Epoch\(test\)\s*\[\s*(\d+)/(\d+)\].*?'
                        r'\btime: ([\d.]+)\s+data_time: ([\d.]+)')
-COLUMNS = ('family', 'batch', 'evaluator', 'model-only img/s',
-           'tools/test.py img/s', 'data_time share', 'workers', 'top-1',
-           'same metrics')
+COLUMNS = ('family', 'batch', 'evaluator',
+           'loader img/s per worker (CPU time)', 'model-only img/s',
+           'workers the model needs', 'tools/test.py img/s', 'data_time share',
+           'workers', 'top-1', 'same metrics')
 
 
 def generate_val(root: str, images: int, tiny: bool) -> Dict:
@@ -250,7 +255,13 @@ def run_family(family: str, args, root: str) -> Dict:
             cfg = train_path.load_run_config(path)
             checkpoint = osp.join(work, 'init.pth')
             save_checkpoint(cfg, checkpoint)
+            loader = train_path.measure_loader(cfg, args.loader_images
+                                               or batch, 'test_dataloader')
+            loader.pop('batch')
+            result['loader'] = loader
             result['model'] = measure_model(cfg, args.model_steps, 2, args.amp)
+            result['workers_needed'] = \
+                result['model']['img_s'] / loader['img_s_cpu']
             result['evaluator'] = cfg.test_evaluator.type
         run = run_test(path, checkpoint, osp.join(work, evaluator), args)
         run['img_s'] = batch / run['s_per_iter']
@@ -278,7 +289,9 @@ def markdown(report: Dict) -> str:
             top1 = run['metrics'].get('accuracy/top1')
             lines.append('| ' + ' | '.join(
                 str(c) for c in (r['family'], r['batch'], name,
+                                 train_path.rate(r['loader']['img_s_cpu']),
                                  train_path.rate(r['model']['img_s']),
+                                 f"{r['workers_needed']:.1f}",
                                  train_path.rate(run['img_s']),
                                  f"{run['data_share']:.2f}", run['workers'],
                                  top1, r['same_metrics'])) + ' |')
@@ -311,6 +324,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         '--workers',
         type=int,
         help="the test loader's workers (default: the config's)")
+    parser.add_argument(
+        '--loader-images',
+        type=int,
+        help='images the loader part times after its warm-up batch '
+        "(default: one test batch)")
     parser.add_argument('--model-steps', type=int, default=10)
     parser.add_argument('--amp', action='store_true', help='test with --amp')
     parser.add_argument(

@@ -356,13 +356,14 @@ def _batch_len(batch: Dict) -> int:
     return len(batch['inputs'])
 
 
-def measure_loader(cfg, images: int) -> Dict:
-    """Images per second of the config's train dataloader run in this
-    process on one thread (one worker's work), after one warm-up batch."""
+def measure_loader(cfg, images: int, loader: str = 'train_dataloader') -> Dict:
+    """Images per second of the config's ``loader`` (its train dataloader
+    by default) run in this process on one thread (one worker's work),
+    after one warm-up batch."""
     import cv2
     import torch
     from mmengine.runner import Runner
-    loader_cfg = copy.deepcopy(cfg.train_dataloader)
+    loader_cfg = copy.deepcopy(cfg[loader])
     loader_cfg.update(
         num_workers=0, persistent_workers=False, pin_memory=False)
     threads = torch.get_num_threads()
@@ -370,11 +371,11 @@ def measure_loader(cfg, images: int) -> Dict:
     torch.set_num_threads(1)  # what a DataLoader worker runs with
     cv2.setNumThreads(0)  # mmengine's default for the training processes
     try:
-        loader = Runner.build_dataloader(loader_cfg, seed=0)
+        built = Runner.build_dataloader(loader_cfg, seed=0)
 
         def batches():
             while True:
-                yield from loader
+                yield from built
 
         source = batches()
         first = next(source)

@@ -38,7 +38,8 @@
 #                and `testpath` (benchmarks/bench_test_path.py --amp for
 #                DeiT-Ti: tools/test.py end to end with the config's
 #                evaluator and with mmpretrain's, beside the model's eval
-#                step; its table in testpath/)
+#                step and the test loader per worker; its table in
+#                testpath/)
 #                (default: host trainpath testpath kernels deit compile dist
 #                adapter segmenter msda)
 #   KERNEL_STEPS which timm steps `kernels` times after the kernels, each in

@@ -1,6 +1,6 @@
-"""``benchmarks/bench_test_path.py``: the model's evaluation step and
-``tools/test.py`` end to end with the config's evaluator and mmpretrain's,
-in its tiny mode."""
+"""``benchmarks/bench_test_path.py``: the test loader alone, the model's
+evaluation step and ``tools/test.py`` end to end with the config's
+evaluator and mmpretrain's, in its tiny mode."""
 import json
 import os.path as osp
 import sys
@@ -64,6 +64,12 @@ def test_tiny_run_compares_the_evaluators(tmp_path, fresh_default_scope):
     assert fam['evaluator'] == 'LaPEAccuracy'
     assert fam['batch'] == 6 and fam['data']['images'] == 8
     assert fam['model']['batch'] == 6 and fam['model']['img_s'] > 0
+    # the test loader alone, one batch after the warm-up one, and the
+    # workers the model's rate needs from it
+    loader = fam['loader']
+    assert loader['images'] == 6 and loader['img_s_cpu'] > 0
+    assert fam['workers_needed'] == pytest.approx(fam['model']['img_s'] /
+                                                  loader['img_s_cpu'])
     assert set(fam['test']) == set(bench.EVALUATORS)
     for run in fam['test'].values():
         # 4 batches of 6 from 8 images repeated 3 times (24), the first
