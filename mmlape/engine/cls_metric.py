@@ -70,19 +70,13 @@ def stackable(tensors: Sequence) -> bool:
 class HostBatch:
     """``tensors`` (:func:`stackable`) stacked on their device and copied
     to the host, from CUDA without waiting for the copy. :meth:`tensor`
-    waits for it and gives the stack in pageable host memory, :meth:`rows`
-    each tensor's values as its own tensor.
+    waits for it and gives the stack in pageable host memory.
 
     Example:
         >>> batch = HostBatch([torch.tensor([1]), torch.tensor([2])])
         >>> batch.tensor()
         tensor([[1],
                 [2]])
-        >>> rows = batch.rows()
-        >>> [r.tolist() for r in rows]
-        [[1], [2]]
-        >>> rows[0].untyped_storage().nbytes()  # not the batch's
-        8
     """
 
     def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -112,9 +106,6 @@ class HostBatch:
             self._host.copy_(pinned)
         return self._host
 
-    def rows(self) -> List[torch.Tensor]:
-        return [row.clone() for row in self.tensor().unbind()]
-
 
 def _holds(sample: dict, pred_key: str) -> bool:
     """Whether mmpretrain would read ``pred_key`` and ``gt_label`` of
@@ -136,15 +127,21 @@ def _uniform(blocks: Sequence[tuple]) -> bool:
 
 def _rows(pred_key: str, preds: torch.Tensor, labels: torch.Tensor,
           clone: bool) -> List[dict]:
-    """mmpretrain's per-sample results of a batch's stacks."""
-    if clone:
-        return [{
-            pred_key: p.clone(),
-            'gt_label': g.clone()
-        } for p, g in zip(preds.unbind(), labels.unbind())]
+    """mmpretrain's per-sample results of a batch's stacks: views of them,
+    or (``clone``) tensors with their own storage.
+
+    Example:
+        >>> rows = _rows('pred_label', torch.tensor([[1], [2]]),
+        ...              torch.tensor([[0], [2]]), clone=True)
+        >>> [r['pred_label'].tolist() for r in rows]
+        [[1], [2]]
+        >>> rows[0]['gt_label'].untyped_storage().nbytes()  # not the batch's
+        8
+    """
+    own = torch.Tensor.clone if clone else (lambda t: t)
     return [{
-        pred_key: p,
-        'gt_label': g
+        pred_key: own(p),
+        'gt_label': own(g)
     } for p, g in zip(preds.unbind(), labels.unbind())]
 
 
@@ -178,8 +175,8 @@ def gathered_results(parts: Sequence[tuple], size: int) -> List[dict]:
     """
     blocks = [b for _, bs in parts for b in bs]
     if blocks and not any(rows for rows, _ in parts) and _uniform(blocks):
-        order = turn_order(sum(len(b[1]) for b in bs) for _, bs in parts)
-        order = order[:size]
+        order = turn_order(sum(len(b[1]) for b in bs)
+                           for _, bs in parts)[:size]
         pred = torch.cat([b[1] for b in blocks])[order]
         label = torch.cat([b[2] for b in blocks])[order]
         return _rows(blocks[0][0], pred, label, clone=False)

@@ -23,30 +23,17 @@ from mmlape.engine.cls_metric import LaPEAccuracy  # noqa: E402
 DEIT = 'configs/deit/deit-tiny-lape_4xb256_in1k.py'
 
 
-class CpuCalls(TorchFunctionMode):
-    """Counts the ``Tensor.cpu`` calls made inside it (on a GPU, each is a
-    copy that waits for the device)."""
+class Calls(TorchFunctionMode):
+    """Counts the calls of ``func`` made inside it: ``Tensor.cpu`` (on a
+    GPU, each is a copy that waits for the device) or ``Tensor.clone``
+    (one a sample where the per-sample results are made)."""
 
-    def __init__(self):
+    def __init__(self, func):
         super().__init__()
-        self.calls = 0
+        self.func, self.calls = func, 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.Tensor.cpu:
-            self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
-class CloneCalls(TorchFunctionMode):
-    """Counts the ``Tensor.clone`` calls made inside it (one a sample where
-    the per-sample results are made)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.Tensor.clone:
+        if func is self.func:
             self.calls += 1
         return func(*args, **(kwargs or {}))
 
@@ -129,7 +116,7 @@ def test_evaluate_gathers_stacks_in_mmengines_order(scores, size):
     ]
     host = _process(SeenAccuracy(topk=(1, 3)), batches)
     ours = SeenLaPEAccuracy(topk=(1, 3))
-    with CloneCalls() as clones:
+    with Calls(torch.Tensor.clone) as clones:
         _process(ours, batches)
         metrics = ours.evaluate(size)
     assert clones.calls == 0
@@ -198,9 +185,9 @@ def test_turn_order():
 
 def test_two_copies_a_batch_not_two_a_sample():
     samples = _samples(16)
-    with CpuCalls() as host:
+    with Calls(torch.Tensor.cpu) as host:
         Accuracy().process(None, copy.deepcopy(samples))
-    with CpuCalls() as ours:
+    with Calls(torch.Tensor.cpu) as ours:
         LaPEAccuracy().process(None, copy.deepcopy(samples))
     assert host.calls == 2 * 16
     assert ours.calls == 2
@@ -238,7 +225,7 @@ def test_other_batches_take_mmpretrain_path(case):
     else:
         samples[3]['pred_score'] = samples[3]['pred_score'].double()
     host = _process(Accuracy(), [samples])
-    with CpuCalls() as ours_calls:
+    with Calls(torch.Tensor.cpu) as ours_calls:
         ours = _process(LaPEAccuracy(), [samples])
     _assert_same_results(host.results, ours.results)
     assert ours_calls.calls == 2 * 4  # mmpretrain's copies
@@ -253,7 +240,7 @@ def test_autograd_history_takes_mmpretrain_path():
     )
     host, ours = Accuracy(), LaPEAccuracy()
     host.process(None, samples)
-    with CpuCalls() as calls:
+    with Calls(torch.Tensor.cpu) as calls:
         ours.process(None, samples)
     assert calls.calls == 2 * 3
     assert [(r['pred_score'].requires_grad, r['pred_score'].is_leaf)
@@ -298,7 +285,10 @@ def test_stackable_and_host_batch():
     assert cls_metric.stackable([torch.zeros(2), torch.ones(2)])
     batch = cls_metric.HostBatch([torch.arange(3), torch.arange(3) + 3])
     assert batch.ready()  # from the host: copied at once
-    rows = batch.rows()
+    rows = [
+        r['pred_label'] for r in cls_metric._rows(
+            'pred_label', batch.tensor(), batch.tensor(), clone=True)
+    ]
     assert [r.tolist() for r in rows] == [[0, 1, 2], [3, 4, 5]]
     assert rows[1].untyped_storage().nbytes() == 3 * 8
 
