@@ -15,8 +15,9 @@ way of writing the add is fastest, for DeiT's eval shapes:
   beforehand (not a candidate: it shows what the broadcast costs);
 - ``float32 add, then cast`` and ``cast, then add``: two kernels each;
 - ``mmlape add_to_dtype``: mmlape's add (its Triton kernel on a GPU, for
-  tensors of 16M values or more), where mmlape is installed, and on a GPU
-  its Triton kernel with 1, 2, 4 and 8 samples per program at any size;
+  tensors of 8M values or more without autograd, 16M with it), where mmlape
+  is installed, and on a GPU its Triton kernel with 1, 2, 4 and 8 samples
+  per program at any size;
 - each of them after the LayerNorm (``norm+``), as a layer runs them.
 
 With ``--models``, whole eval steps of timm's ViT (if timm is installed)
@@ -182,8 +183,8 @@ class NormThenAdd(torch.nn.Module):
         from mmlape.models.layers import pe_add
         threshold = pe_add._TRITON_MIN_NUMEL
         if self.how != 'mmlape':
-            pe_add._TRITON_MIN_NUMEL = (1 if self.how == 'mmlape triton' else
-                                        float('inf'))
+            pe_add._TRITON_MIN_NUMEL = dict.fromkeys(
+                threshold, 1 if self.how == 'mmlape triton' else float('inf'))
         try:
             return pe_add.add_attn_pe(h, pe)
         finally:

@@ -56,18 +56,53 @@ def test_kernel_writes_nothing_past_the_batch(interpreted):
 
 
 def test_the_kernel_is_for_large_tensors_only():
-    """Below the threshold the launch costs more than the kernel saves."""
-    big = pe_add._TRITON_MIN_NUMEL
-    assert big >= 10_000_000  # DeiT-Ti b256's 9.7M values stay in PyTorch
-    assert pe_add._worth_triton(torch.empty(big, device='meta'))
-    assert not pe_add._worth_triton(torch.empty(big - 1, device='meta'))
-    h = torch.empty(128, 197, 768, device='meta')  # DeiT-B b128
-    assert pe_add._worth_triton(h)
-    assert not pe_add._worth_triton(torch.empty(256, 197, 192, device='meta'))
+    """Below the threshold the launch costs more than the kernel saves;
+    with autograd (training) the threshold is higher."""
+    for grad, big in ((True, pe_add._TRITON_MIN_NUMEL['train']),
+                      (False, pe_add._TRITON_MIN_NUMEL['eval'])):
+        assert pe_add._worth_triton(torch.empty(big, device='meta'), grad)
+        assert not pe_add._worth_triton(
+            torch.empty(big - 1, device='meta'), grad)
+    deit_b = torch.empty(128, 197, 768, device='meta')  # 19.4M values
+    deit_ti = torch.empty(256, 197, 192, device='meta')  # 9.7M values
+    assert pe_add._worth_triton(deit_b, grad=True)
+    assert pe_add._worth_triton(deit_b, grad=False)
+    # DeiT-Ti b256 trains with PyTorch's add, evaluates with the kernel
+    assert not pe_add._worth_triton(deit_ti, grad=True)
+    assert pe_add._worth_triton(deit_ti, grad=False)
+    assert pe_add._worth_triton(deit_ti)  # no autograd unless said
+    # DeiT-Ti b128 (4.8M values) is launch-bound either way
+    assert not pe_add._worth_triton(
+        torch.empty(128, 197, 192, device='meta'), grad=False)
+
+
+@pytest.mark.parametrize('grad', [False, True])
+def test_the_threshold_follows_autograd(grad, on_cpu, monkeypatch):
+    """``add_attn_pe`` asks for the training threshold when it records
+    autograd and the eval one when it does not (``torch.no_grad``, or
+    nothing that requires a gradient)."""
+    asked = []
+
+    def fits(h, pe, dtype, grad=False):
+        asked.append(grad)
+        return False
+
+    monkeypatch.setattr(pe_add, '_triton_fits', fits)
+    h = torch.randn(2, 5, 8, requires_grad=grad)
+    pe = torch.randn(1, 5, 8, requires_grad=grad)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = pe_add.add_attn_pe(h.clone(), pe)
+    assert asked == [grad]
+    assert out.requires_grad == grad
+    assert torch.equal(out, (h + pe).bfloat16())
+    if grad:  # under no_grad the same tensors take the eval threshold
+        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+            pe_add.add_attn_pe(h.clone(), pe)
+        assert asked == [True, False]
 
 
 def test_which_tensors_the_kernel_takes(monkeypatch):
-    monkeypatch.setattr(pe_add, '_TRITON_MIN_NUMEL', 1)
+    monkeypatch.setattr(pe_add, '_TRITON_MIN_NUMEL', dict(train=1, eval=1))
     h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
     assert not pe_add._triton_fits(h, pe, torch.bfloat16)  # a CPU tensor
     fits = pe_add._shapes_fit
@@ -94,7 +129,7 @@ def test_which_tensors_the_kernel_takes(monkeypatch):
 def on_cpu(monkeypatch):
     """The kernel's path taken for CPU tensors, its launch counted."""
     monkeypatch.setattr(pe_add, '_TRITON_CHECKED', {})
-    monkeypatch.setattr(pe_add, '_triton_fits', lambda h, pe, dtype: True)
+    monkeypatch.setattr(pe_add, '_triton_fits', lambda *args: True)
     monkeypatch.setattr(pe_add, '_triton_kernel', lambda: (None, None))
     calls = []
     return calls

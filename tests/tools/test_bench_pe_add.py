@@ -117,4 +117,8 @@ def test_forced_add_paths_restore_the_threshold(monkeypatch):
             out = layer(x)
         assert torch.equal(out, (norm(x) + pe).bfloat16()), how
         assert pe_add._TRITON_MIN_NUMEL == before
-    assert seen == [before, 1, float('inf')]
+    assert seen == [
+        before,
+        dict(train=1, eval=1),
+        dict(train=float('inf'), eval=float('inf'))
+    ]

@@ -9,8 +9,9 @@ plain add.
 On CUDA, PyTorch's add with a broadcast operand and a cast runs in its
 generic elementwise kernel, at a third of the cast's bandwidth (README "The
 eval gap profiled"); where Triton is installed a small Triton kernel with
-contiguous loads does the add of a large tensor instead (a small one is
-bound by the launch, which costs the host less in PyTorch). Its first
+contiguous loads does the add of a large tensor instead (8M values or more
+in eval, 16M in training; a small one is bound by the launch, which costs
+the host less in PyTorch). Its first
 result per device and dtype is checked against PyTorch's add; on a
 difference or an error PyTorch's add is used from then on, said once in
 the log.
@@ -29,12 +30,17 @@ _BLOCK = 1024
 #: Samples a Triton program adds its block of the PE to (the PE block is
 #: read once for them).
 _SAMPLES = 4
-#: Fewest values of ``h`` the Triton kernel is launched for. A launch costs
-#: the host 12-17 us against PyTorch's 6 us (H200). At DeiT-B b128 (19.4M
-#: values) the kernel saves time (timm's eval step with the add: 1.051x the
-#: plain step with PyTorch's add, 1.010x with the kernel); at DeiT-Ti b256
-#: (9.7M) LaPE's train step was 1.135x the default join's with it.
-_TRITON_MIN_NUMEL = 1 << 24
+#: Fewest values of ``h`` the Triton kernel is launched for, by whether the
+#: add records autograd (``'train'``) or not (``'eval'``). A launch costs
+#: the host 12-17 us against PyTorch's 6 us (H200); the kernel saves the GPU
+#: about 2.5 us per million values after the LayerNorm (H100: 24.6 us a
+#: layer at DeiT-Ti b256, 41.7 at DeiT-B b128). In eval from 8M values on:
+#: at DeiT-Ti b256 (9.7M) PyTorch's add costs 12 x 24.6 us = 0.3 ms of a
+#: 7.9 ms step, the 1.039-1.041x that LaPE and PVG measured there against
+#: the default join. With autograd from 16M values on: at DeiT-Ti b256
+#: LaPE's train step was 1.135x the default join's with the kernel (H200;
+#: 1.021x with PyTorch's add on the H100), a cost not yet explained.
+_TRITON_MIN_NUMEL = {'train': 1 << 24, 'eval': 1 << 23}
 #: (device index, dtype) -> whether the Triton add gave PyTorch's result.
 _TRITON_CHECKED: Dict[Tuple[int, torch.dtype], bool] = {}
 _TRITON_KERNEL = None
@@ -71,18 +77,25 @@ def _triton_kernel():
     return _TRITON_KERNEL
 
 
-def _worth_triton(h: Tensor) -> bool:
-    """Whether ``h`` is large enough for the kernel to pay its launch."""
-    return h.numel() >= _TRITON_MIN_NUMEL
+def _worth_triton(h: Tensor, grad: bool = False) -> bool:
+    """Whether ``h`` is large enough for the kernel to pay its launch, in
+    a step with autograd (``grad``) or without."""
+    return h.numel() >= _TRITON_MIN_NUMEL['train' if grad else 'eval']
 
 
-def _triton_fits(h: Tensor, pe: Tensor, dtype: torch.dtype) -> bool:
-    return h.is_cuda and _shapes_fit(h, pe, dtype)
+def _triton_fits(h: Tensor,
+                 pe: Tensor,
+                 dtype: torch.dtype,
+                 grad: bool = False) -> bool:
+    return h.is_cuda and _shapes_fit(h, pe, dtype, grad)
 
 
-def _shapes_fit(h: Tensor, pe: Tensor, dtype: torch.dtype) -> bool:
+def _shapes_fit(h: Tensor,
+                pe: Tensor,
+                dtype: torch.dtype,
+                grad: bool = False) -> bool:
     """Whether the kernel takes these tensors, wherever they are."""
-    return (_worth_triton(h) and h.dtype == pe.dtype == torch.float32
+    return (_worth_triton(h, grad) and h.dtype == pe.dtype == torch.float32
             and dtype in (torch.bfloat16, torch.float16) and h.dim() >= 2
             and pe.shape == (1, ) + h.shape[1:] and h.is_contiguous()
             and pe.is_contiguous() and 0 < h.shape[0] < 65536
@@ -127,13 +140,19 @@ def _first_launch(h: Tensor, pe: Tensor, out: Tensor, key) -> Tensor:
     return out
 
 
-def add_to_dtype(h: Tensor, pe: Tensor, dtype: torch.dtype) -> Tensor:
+def add_to_dtype(h: Tensor,
+                 pe: Tensor,
+                 dtype: torch.dtype,
+                 grad: bool = False) -> Tensor:
     """``(h + pe).to(dtype)`` in one kernel: the float32 sum rounded once.
 
     Args:
         h (Tensor): ``(B, ...)`` values.
         pe (Tensor): ``(1, ...)``, broadcast over ``h``'s first dimension.
         dtype (torch.dtype): The result's dtype.
+        grad (bool): Whether the step records autograd (training), which
+            sets the size from which a CUDA add takes the Triton kernel.
+            Defaults to False.
 
     Returns:
         Tensor: The sum, of ``h``'s shape, in ``dtype``.
@@ -147,7 +166,7 @@ def add_to_dtype(h: Tensor, pe: Tensor, dtype: torch.dtype) -> Tensor:
     out = torch.empty_like(h, dtype=dtype)
     key = (h.device.index, dtype)
     ok = _TRITON_CHECKED.get(key)
-    if ok is False or not _triton_fits(h, pe, dtype):
+    if ok is False or not _triton_fits(h, pe, dtype, grad):
         return torch.add(h, pe, out=out)
     if ok:
         return _launch(h, pe, out)
@@ -169,7 +188,7 @@ class _AddToDtype(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: Tensor, pe: Tensor, dtype: torch.dtype) -> Tensor:
         ctx.h_dtype, ctx.pe_dtype = h.dtype, pe.dtype
-        return add_to_dtype(h, pe, dtype)
+        return add_to_dtype(h, pe, dtype, grad=True)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
