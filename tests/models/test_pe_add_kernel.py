@@ -2,17 +2,19 @@
 its indexing and rounding in Triton's interpreter on the CPU, when it is
 used, and the fall-back to PyTorch's add after a first result that differs
 or an error, said once."""
+import types
+
 import pytest
 import torch
 
 from mmlape.models.layers import pe_add
 
-triton = pytest.importorskip('triton')
-
 
 @pytest.fixture
 def interpreted(monkeypatch):
-    """The kernel built anew under Triton's CPU interpreter."""
+    """The kernel built anew under Triton's CPU interpreter (the tests
+    that run it need Triton; the others do not)."""
+    pytest.importorskip('triton')
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     monkeypatch.setattr(pe_add, '_TRITON_KERNEL', None)
     monkeypatch.setattr(pe_add, '_TRITON_CHECKED', {})
@@ -123,6 +125,22 @@ def test_which_tensors_the_kernel_takes(monkeypatch):
             1, wide, device='meta'), torch.bfloat16)
     if torch.cuda.is_available():
         assert pe_add._triton_fits(h.cuda(), pe.cuda(), torch.bfloat16)
+
+
+def test_the_fit_checks_pass_the_autograd_flag_on(monkeypatch):
+    monkeypatch.setattr(pe_add, '_TRITON_MIN_NUMEL', dict(train=2**40, eval=1))
+    h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
+    assert pe_add._shapes_fit(h, pe, torch.bfloat16)
+    assert pe_add._shapes_fit(h, pe, torch.bfloat16, grad=False)
+    assert not pe_add._shapes_fit(h, pe, torch.bfloat16, grad=True)
+    # a CUDA tensor's check goes on to the shapes with the flag
+    asked = []
+    monkeypatch.setattr(pe_add, '_shapes_fit',
+                        lambda *args: asked.append(args[3]) or True)
+    cuda = types.SimpleNamespace(is_cuda=True)
+    for grad in (True, False):
+        assert pe_add._triton_fits(cuda, pe, torch.bfloat16, grad)
+    assert asked == [True, False]
 
 
 @pytest.fixture

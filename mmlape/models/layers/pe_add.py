@@ -32,14 +32,16 @@ _BLOCK = 1024
 _SAMPLES = 4
 #: Fewest values of ``h`` the Triton kernel is launched for, by whether the
 #: add records autograd (``'train'``) or not (``'eval'``). A launch costs
-#: the host 12-17 us against PyTorch's 6 us (H200); the kernel saves the GPU
-#: about 2.5 us per million values after the LayerNorm (H100: 24.6 us a
-#: layer at DeiT-Ti b256, 41.7 at DeiT-B b128). In eval from 8M values on:
-#: at DeiT-Ti b256 (9.7M) PyTorch's add costs 12 x 24.6 us = 0.3 ms of a
-#: 7.9 ms step, the 1.039-1.041x that LaPE and PVG measured there against
-#: the default join. With autograd from 16M values on: at DeiT-Ti b256
-#: LaPE's train step was 1.135x the default join's with the kernel (H200;
-#: 1.021x with PyTorch's add on the H100), a cost not yet explained.
+#: the host 12-17 us against PyTorch's 6 us (H200); after the LayerNorm the
+#: kernel saves the GPU 2.1-2.5 us per million values against PyTorch's add
+#: (H100: 24.6 us a layer at DeiT-Ti b256, 41.7 at DeiT-B b128). In eval
+#: from 8M values on: at DeiT-Ti b256 (9.7M) PyTorch's add takes 25.5 us a
+#: layer more than the default join's cast, 12 layers 0.31 ms of a 7.9 ms
+#: step (less the default join's own input add, 34 us): 1.035x, where LaPE
+#: and PVG measured 1.039-1.041x. With autograd from 16M values on: at
+#: DeiT-Ti b256 LaPE's train step was 1.135x the default join's with the
+#: kernel (H200; 1.021x with PyTorch's add on the H100), a cost not yet
+#: explained.
 _TRITON_MIN_NUMEL = {'train': 1 << 24, 'eval': 1 << 23}
 #: (device index, dtype) -> whether the Triton add gave PyTorch's result.
 _TRITON_CHECKED: Dict[Tuple[int, torch.dtype], bool] = {}
