@@ -11,10 +11,9 @@ generic elementwise kernel, at a third of the cast's bandwidth (README "The
 eval gap profiled"); where Triton is installed a small Triton kernel with
 contiguous loads does the add of a large tensor instead (8M values or more
 in eval, 16M in training; a small one is bound by the launch, which costs
-the host less in PyTorch). Its first
-result per device and dtype is checked against PyTorch's add; on a
-difference or an error PyTorch's add is used from then on, said once in
-the log.
+the host less in PyTorch). Its first result per device and dtype is
+checked against PyTorch's add; on a difference or an error PyTorch's add
+is used from then on, said once in the log.
 """
 from contextlib import nullcontext
 from typing import Dict, Optional, Tuple
