@@ -4,6 +4,7 @@ their order, values, dtypes, shapes) and so do its metrics; it copies two
 stacks, not two tensors a sample; each result has its own storage; and the
 batches it does not handle go through mmpretrain's code."""
 import copy
+import os
 import os.path as osp
 import pickle
 
@@ -430,8 +431,11 @@ GATHER_CASES = (
 
 
 def _gather_rank(rank, world, port, samples, out):
-    """One process of :func:`test_two_processes_gather_as_mmpretrain`."""
+    """One process of :func:`test_two_processes_gather_as_mmpretrain`, in
+    the folder of ``out`` (mmengine gathers through files in the working
+    folder's ``.dist_test``)."""
     import torch.distributed as dist
+    os.chdir(osp.dirname(out))
     dist.init_process_group(
         'gloo',
         init_method=f'tcp://127.0.0.1:{port}',
