@@ -137,9 +137,14 @@ def test_the_fit_checks_pass_the_autograd_flag_on(monkeypatch):
     asked = []
     monkeypatch.setattr(pe_add, '_shapes_fit',
                         lambda *args: asked.append(args[3]) or True)
-    cuda = types.SimpleNamespace(is_cuda=True)
+    cuda = types.SimpleNamespace(is_cuda=True, device=pe.device)
     for grad in (True, False):
         assert pe_add._triton_fits(cuda, pe, torch.bfloat16, grad)
+    assert asked == [True, False]
+    # a PE on another device than the tokens is left to PyTorch's add,
+    # which names the mismatch
+    other = types.SimpleNamespace(is_cuda=True, device=torch.device('cuda', 0))
+    assert not pe_add._triton_fits(other, pe, torch.bfloat16)
     assert asked == [True, False]
 
 

@@ -3,8 +3,8 @@
 Under autocast ``norm1(x)`` is float32 and the projection casts it; the
 add writes the autocast dtype directly, so it replaces that cast instead of
 adding one more pass over ``(B, N, C)``, with the same values (the float32
-sum rounded once). Without autocast, and under ``torch.compile``, it is a
-plain add.
+sum rounded once). Without autocast, under ``torch.compile`` and in a
+``torch.jit`` trace, it is a plain add.
 
 On CUDA, PyTorch's add with a broadcast operand and a cast runs in its
 generic elementwise kernel, at a third of the cast's bandwidth (README "The
@@ -88,7 +88,8 @@ def _triton_fits(h: Tensor,
                  pe: Tensor,
                  dtype: torch.dtype,
                  grad: bool = False) -> bool:
-    return h.is_cuda and _shapes_fit(h, pe, dtype, grad)
+    return (h.is_cuda and pe.device == h.device
+            and _shapes_fit(h, pe, dtype, grad))
 
 
 def _shapes_fit(h: Tensor,
@@ -147,6 +148,10 @@ def add_to_dtype(h: Tensor,
                  grad: bool = False) -> Tensor:
     """``(h + pe).to(dtype)`` in one kernel: the float32 sum rounded once.
 
+    Differentiable: where autograd records and ``h`` or ``pe`` requires a
+    gradient, the add goes through :class:`_AddToDtype` (the training
+    threshold).
+
     Args:
         h (Tensor): ``(B, ...)`` values.
         pe (Tensor): ``(1, ...)``, broadcast over ``h``'s first dimension.
@@ -164,6 +169,8 @@ def add_to_dtype(h: Tensor,
         >>> torch.equal(out, (h + pe).half())
         True
     """
+    if torch.is_grad_enabled() and (h.requires_grad or pe.requires_grad):
+        return _AddToDtype.apply(h, pe, dtype)
     out = torch.empty_like(h, dtype=dtype)
     key = (h.device.index, dtype)
     ok = _TRITON_CHECKED.get(key)
@@ -184,11 +191,11 @@ def _capturing(h: Tensor) -> bool:
 
 class _AddToDtype(torch.autograd.Function):
     """``(h + pe).to(dtype)`` in one op; the gradient of ``pe`` is summed
-    over the broadcast batch in float32."""
+    over the dimensions it was broadcast along, in ``pe``'s dtype."""
 
     @staticmethod
     def forward(ctx, h: Tensor, pe: Tensor, dtype: torch.dtype) -> Tensor:
-        ctx.h_dtype, ctx.pe_dtype = h.dtype, pe.dtype
+        ctx.h_dtype, ctx.pe_dtype, ctx.pe_shape = h.dtype, pe.dtype, pe.shape
         return add_to_dtype(h, pe, dtype, grad=True)
 
     @staticmethod
@@ -197,14 +204,33 @@ class _AddToDtype(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_h = grad.to(ctx.h_dtype)
         if ctx.needs_input_grad[1]:
-            grad_pe = grad.sum(0, keepdim=True, dtype=ctx.pe_dtype)
+            grad_pe = _sum_to(grad, ctx.pe_shape, ctx.pe_dtype)
         return grad_h, grad_pe, None
 
 
+def _sum_to(grad: Tensor, shape: torch.Size, dtype: torch.dtype) -> Tensor:
+    """``grad`` summed over the dimensions that broadcast ``shape`` to it,
+    accumulated and returned in ``dtype`` (one reduction, no copy)."""
+    lead = grad.dim() - len(shape)
+    dims = list(range(lead)) + [
+        lead + i
+        for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
+    ]
+    if not dims:
+        return grad.to(dtype)
+    return grad.sum(dims, keepdim=True, dtype=dtype).reshape(shape)
+
+
 def _autocast_dtype(device_type: str) -> Optional[torch.dtype]:
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return None
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know (meta)
+        return None
+    return torch.get_autocast_dtype(device_type) if enabled else None
+
+
+#: The dtypes autocast casts (a float64 tensor it leaves as it is).
+_AUTOCAST_CASTS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def add_attn_pe(h: Tensor, pe: Tensor) -> Tensor:
@@ -217,8 +243,9 @@ def add_attn_pe(h: Tensor, pe: Tensor) -> Tensor:
 
     Returns:
         Tensor: The sum, in the autocast dtype when autocast is on for
-        ``h``'s device and ``h`` is of another dtype; else ``h`` itself,
-        added to in place.
+        ``h``'s device and would cast ``h`` (float32, or the other half
+        type); else ``h`` itself, added to in place. Compiled or traced,
+        ``h + pe``.
 
     Example:
         >>> h, pe = torch.randn(2, 5, 8), torch.randn(1, 5, 8)
@@ -229,11 +256,9 @@ def add_attn_pe(h: Tensor, pe: Tensor) -> Tensor:
         >>> torch.equal(out, (h + pe).to(torch.bfloat16))
         True
     """
-    if torch.compiler.is_compiling():
-        return h + pe
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return h + pe  # a trace records no Triton launch
     dtype = _autocast_dtype(h.device.type)
-    if dtype is None or dtype == h.dtype or not h.is_floating_point():
+    if dtype is None or dtype == h.dtype or h.dtype not in _AUTOCAST_CASTS:
         return h.add_(pe)
-    if torch.is_grad_enabled() and (h.requires_grad or pe.requires_grad):
-        return _AddToDtype.apply(h, pe, dtype)
     return add_to_dtype(h, pe, dtype)
