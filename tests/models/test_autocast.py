@@ -91,8 +91,8 @@ def test_autocast_forward_backward(join, pe_type, out_type, dtype):
 
 @pytest.mark.parametrize('join,pe_type,out_type', CASES)
 def test_cached_plan_serves_both_precisions(join, pe_type, out_type):
-    """A plan cached under autocast, reused without it, gives the float32
-    result exactly (and the other way round)."""
+    """A plan cached under autocast leaves a float32 forward's result
+    exactly as it is (and the other way round)."""
     model = build(join, pe_type, out_type).eval()
     img = torch.randn(2, 3, IMG, IMG)
     with torch.no_grad():

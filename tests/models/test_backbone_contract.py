@@ -9,7 +9,9 @@ allow (``conftest.backbone_joins``):
 - every parameter gets a gradient (non-zero) in a training step;
 - the cached PE plan equals the plain (uncached) plan, exactly, also after
   any single tensor the plan depends on changes in place, after
-  ``load_state_dict`` and across ``train()``;
+  ``load_state_dict`` and across ``train()``, under autocast and without
+  it, after a fused optimizer's step in eval mode, on the device the model
+  moved to and in a pickled copy;
 - gradient checkpointing of the blocks (``with_cp``) gives the plain
   forward's outputs and gradients, exactly;
 - the weights saved as a ``backbone.``-prefixed checkpoint load back, by
@@ -17,6 +19,7 @@ allow (``conftest.backbone_joins``):
   exactly.
 """
 import copy
+import pickle
 
 import pytest
 import torch
@@ -182,6 +185,55 @@ def test_cached_plan_equals_the_plain_plan(name, join):
         assert_same(outputs(model, img), outputs(other, img))
     model.train()
     assert not model._plan_cache
+
+
+@pytest.mark.parametrize('name,join', CASES)
+def test_cached_plan_follows_precision_devices_and_fused_steps(name, join):
+    """The cache serves a forward no other values than the plain plan:
+    under autocast and without it whichever filled it (Swin's plan passes
+    the PE through its patch merging, which autocast casts); after a fused
+    optimizer's step, which leaves the version counters as they were, taken
+    in eval mode; on the device the model moved to (a rotary PE alone
+    depends on no tensor); and a pickled model starts with an empty cache
+    (a rotary plan holds local functions)."""
+    model = tiny(name, join).eval()
+    plain = copy.deepcopy(model)
+    plain.cache_pe_plan = False
+    img = image(model)
+    with torch.no_grad():
+        for fill in (True, False):
+            model.train().eval()
+            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=fill):
+                outputs(model, img)
+            for amp in (not fill, fill):
+                with torch.autocast('cpu', dtype=torch.bfloat16, enabled=amp):
+                    assert_same(
+                        outputs(model, img),
+                        outputs(plain, img),
+                        msg=f'filled with autocast={fill}, '
+                        f'served with autocast={amp}')
+        assert model._plan_cache
+        before = outputs(model, img)
+    # a training step in eval mode, with a fused optimizer
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    sum(o.float().square().sum() for o in outputs(model, img)).backward()
+    assert not model._plan_cache  # a forward with autograd empties it
+    opt.step()
+    plain.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        after = outputs(model, img)
+        assert_same(after, outputs(plain, img))
+        assert any(not torch.equal(a, b) for a, b in zip(after, before))
+        assert model._plan_cache
+        clone = pickle.loads(pickle.dumps(model))
+        assert not clone._plan_cache
+        assert_same(outputs(clone, img), after)
+        if not any(isinstance(m, DeformAttn) for m in model.modules()):
+            # mmcv's deformable attention has no meta kernel
+            moved = [
+                o.device for o in outputs(model.to('meta'), img.to('meta'))
+            ]
+            assert moved == [torch.device('meta')] * len(after)
 
 
 @pytest.mark.parametrize('name,join', CASES)

@@ -17,7 +17,7 @@ from mmengine.utils import to_2tuple
 from torch import Tensor
 
 from ..checkpoint import CheckpointFamily
-from ..layers.pe_plan import PEPlan, PEPlanCache
+from ..layers.pe_plan import PEPlan, PEPlanCache, autocast_dtype
 from ..layers.weight_init import init_generic_weights
 
 __all__ = [
@@ -178,17 +178,29 @@ class LaPEBackbone(BaseModule):
     # ------------------------------------------------------------------
     # the PE plan
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
-        """The PE plan for a patch grid ``hw``, cached per grid in eval mode
-        with autograd off (``train()``/``eval()`` empty the cache, since
-        writes through ``.data`` bypass the version counter; bypassed under
-        ``torch.compile``)."""
+        """The PE plan for a patch grid ``hw``, cached in eval mode with
+        autograd off, per grid, device and autocast state (a plan may pass
+        the PE through layers autocast casts, as Swin's patch merging), and
+        bypassed under ``torch.compile``.
+
+        A cached plan is rebuilt when a tensor it depends on changes (its
+        storage or version). ``train()``/``eval()`` empty the cache, since
+        writes through ``.data`` bypass the version counter, and so does a
+        forward that records autograd in eval mode, since a fused
+        optimizer's step after it bypasses it too.
+        """
         hw = tuple(hw)
-        if (self.cache_pe_plan and not self.training
-                and not torch.is_grad_enabled()
-                and not torch.compiler.is_compiling()):
-            return self._plan_cache.get(hw, self._pe_tensors(),
-                                        lambda: self._build_plan(hw))
-        return self._build_plan(hw)
+        if (not self.cache_pe_plan or self.training
+                or torch.compiler.is_compiling()):
+            return self._build_plan(hw)
+        if torch.is_grad_enabled():
+            self._plan_cache.clear()
+            return self._build_plan(hw)
+        param = next(self.parameters(), None)
+        device = param.device if param is not None else torch.device('cpu')
+        key = (hw, device, autocast_dtype(device.type))
+        return self._plan_cache.get(key, self._pe_tensors(),
+                                    lambda: self._build_plan(hw))
 
     def train(self, mode: bool = True) -> 'LaPEBackbone':
         self._plan_cache.clear()

@@ -16,11 +16,13 @@ checked against PyTorch's add; on a difference or an error PyTorch's add
 is used from then on, said once in the log.
 """
 from contextlib import nullcontext
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 from mmengine.logging import print_log
 from torch import Tensor
+
+from .pe_plan import autocast_dtype
 
 __all__ = ['add_attn_pe', 'add_to_dtype']
 
@@ -221,14 +223,6 @@ def _sum_to(grad: Tensor, shape: torch.Size, dtype: torch.dtype) -> Tensor:
     return grad.sum(dims, keepdim=True, dtype=dtype).reshape(shape)
 
 
-def _autocast_dtype(device_type: str) -> Optional[torch.dtype]:
-    try:
-        enabled = torch.is_autocast_enabled(device_type)
-    except RuntimeError:  # a device type autocast does not know (meta)
-        return None
-    return torch.get_autocast_dtype(device_type) if enabled else None
-
-
 #: The dtypes autocast casts (a float64 tensor it leaves as it is).
 _AUTOCAST_CASTS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -258,7 +252,7 @@ def add_attn_pe(h: Tensor, pe: Tensor) -> Tensor:
     """
     if torch.compiler.is_compiling() or torch.jit.is_tracing():
         return h + pe  # a trace records no Triton launch
-    dtype = _autocast_dtype(h.device.type)
+    dtype = autocast_dtype(h.device.type)
     if dtype is None or dtype == h.dtype or h.dtype not in _AUTOCAST_CASTS:
         return h.add_(pe)
     return add_to_dtype(h, pe, dtype)

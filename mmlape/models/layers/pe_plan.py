@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 from typing import (Callable, Hashable, List, NamedTuple, Optional, Sequence,
                     Tuple)
 
+import torch
 from torch import Tensor
 
-__all__ = ['CarryFn', 'QKFn', 'LayerPE', 'PEPlan', 'PEPlanCache']
+__all__ = [
+    'CarryFn', 'QKFn', 'LayerPE', 'PEPlan', 'PEPlanCache', 'autocast_dtype'
+]
 
 #: ``carry(pe, stage)``: a staged backbone's hook that moves a PE
 #: ``(1, N_{s-1}, C_{s-1})`` on stage ``s - 1``'s grid across the boundary
@@ -138,5 +141,31 @@ class PEPlanCache:
     def clear(self) -> None:
         self._plans.clear()
 
+    def __getstate__(self) -> dict:
+        # derived state (a rotary plan holds local functions): a pickled or
+        # copied backbone starts with an empty cache
+        return {'size': self.size}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state['size'])
+
     def __len__(self) -> int:
         return len(self._plans)
+
+
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """The dtype autocast casts to on ``device_type``, or None where it is
+    off (or autocast knows no such device type, as ``'meta'``).
+
+    Example:
+        >>> with torch.autocast('cpu', dtype=torch.bfloat16):
+        ...     autocast_dtype('cpu')
+        torch.bfloat16
+        >>> autocast_dtype('meta') is None
+        True
+    """
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know (meta)
+        return None
+    return torch.get_autocast_dtype(device_type) if enabled else None
