@@ -22,10 +22,15 @@ DEIT_TEST = [
 
 
 def test_the_test_pipeline_is_scaled_to_each_size():
-    # DeiT's: the crop ratio kept (short side 256/224 of the crop)
+    # DeiT's: the crop ratio kept (short side 256/224 of the crop), rounded
+    # down as DeiT's build_transform does (int(384 / 0.875) = 438)
     out = resolution_sweep.sized_pipeline(DEIT_TEST, 384, 224)
-    assert out[1] == dict(DEIT_TEST[1], scale=439)
+    assert out[1] == dict(DEIT_TEST[1], scale=438)
     assert out[2] == dict(type='CenterCrop', crop_size=384)
+    assert resolution_sweep.sized_pipeline(DEIT_TEST, 448, 224)[1:3] == [
+        dict(DEIT_TEST[1], scale=512),
+        dict(type='CenterCrop', crop_size=448)
+    ]
     assert out[0] == DEIT_TEST[0] and out[3] == DEIT_TEST[3]
     assert DEIT_TEST[2]['crop_size'] == 224  # the config is left alone
     assert resolution_sweep.sized_pipeline(DEIT_TEST, 224, 224) == DEIT_TEST
@@ -41,6 +46,32 @@ def test_the_test_pipeline_is_scaled_to_each_size():
     ]
 
 
+@pytest.mark.parametrize('scope', ['', 'mmpretrain.', 'mmcv.'])
+def test_transforms_are_found_by_name_whatever_their_scope(scope):
+    scoped = [dict(t, type=scope + t['type']) for t in DEIT_TEST]
+    out = resolution_sweep.sized_pipeline(scoped, 384, 224)
+    assert [t.get('scale', t.get('crop_size')) for t in out[1:3]] == [438, 384]
+    assert out[2]['type'] == scope + 'CenterCrop'
+
+
+def test_a_crop_ratio_sets_the_resize_of_every_size():
+    """``--crop-ratio``: short side ``int(size / ratio)``, the centre crop
+    ``size`` (RoPE-ViT evaluates with 1.0; 0.875 is DeiT's own)."""
+    sized = resolution_sweep.sized_pipeline
+    for size, ratio, short in [(384, 1.0, 384), (224, 0.875, 256),
+                               (384, 0.875, 438), (160, 0.9, 177)]:
+        out = sized(DEIT_TEST, size, 224, crop_ratio=ratio)
+        assert out[1] == dict(DEIT_TEST[1], scale=short)
+        assert out[2] == dict(type='CenterCrop', crop_size=size)
+    # a pipeline without a short-side resize and a centre crop is refused
+    for pipeline in ([DEIT_TEST[0], DEIT_TEST[3]], DEIT_TEST[:2],
+                     [dict(type='Resize', scale=(256, 256)), DEIT_TEST[2]]):
+        with pytest.raises(
+                resolution_sweep.UsageError,
+                match='--crop-ratio needs a test pipeline'):
+            sized(pipeline, 224, 224, crop_ratio=1.0)
+
+
 @pytest.mark.parametrize('argv,match', [
     (['a.py', '--sizes', '32', '--data', 'd'], 'expected CONFIG CKPT pairs'),
     (['a.py', 'a.pth', '--sizes', '32', '32', '--data', 'd'
@@ -49,6 +80,10 @@ def test_the_test_pipeline_is_scaled_to_each_size():
       ], 'expected a positive integer'),
     (['a.py', 'a.pth', '--sizes', '32', '--data', 'd', '--labels', 'x', 'y'
       ], '--labels has 2 names for 1 checkpoints'),
+    (['a.py', 'a.pth', '--sizes', '32', '--data', 'd', '--crop-ratio', '0'
+      ], 'expected a crop ratio in (0, 1]'),
+    (['a.py', 'a.pth', '--sizes', '32', '--data', 'd', '--crop-ratio', 'x'
+      ], 'expected a crop ratio in (0, 1]'),
 ])
 def test_bad_arguments_end_in_one_line(argv, match, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -139,3 +174,21 @@ def test_sweep_end_to_end(pos_shapes_data, tmp_path):
     png = out_dir / 'resolution_sweep.png'
     assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     assert png.stat().st_size > 10_000
+
+
+def test_a_crop_ratio_the_pipeline_cannot_take_stops_before_any_run(
+        pos_shapes_data, tmp_path, capsys):
+    """The demo's test pipeline has no resize: ``--crop-ratio`` ends in one
+    line before a checkpoint is read (every config is checked first)."""
+    config = osp.join(ROOT, 'configs', 'demo', 'deit-demo_pos-shapes.py')
+    argv = [
+        config, 'missing.pth', '--sizes', '32', '--data', pos_shapes_data,
+        '--crop-ratio', '1.0', '--out-dir',
+        str(tmp_path / 'out')
+    ]
+    with pytest.raises(SystemExit) as exit_:
+        resolution_sweep.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith('error: --crop-ratio needs a test pipeline')
+    assert 'missing.pth' not in err

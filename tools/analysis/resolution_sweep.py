@@ -2,17 +2,21 @@
 fine-tuning: how each PE and join extrapolates.
 
 References:
-    The evaluation protocol of RoPE-ViT (Heo et al., ECCV 2024) and of
-    LookHere (Fuller et al., NeurIPS 2024): a model trained at one size
-    evaluated at others, as it is. timm's ``resample_abs_pos_embed`` for
-    ``--antialias``.
+    The evaluation of RoPE-ViT (Heo et al., ECCV 2024) and of LookHere
+    (Fuller et al., NeurIPS 2024): a model trained at one size evaluated
+    at others, as it is. RoPE-ViT's code evaluates with a crop ratio of
+    1.0 (``--crop-ratio 1.0`` here). DeiT's ``build_transform`` for the
+    resize (``int(size / crop_ratio)``), timm's ``resample_abs_pos_embed``
+    for ``--antialias``.
 
 Each ``CONFIG CKPT`` pair (an mmlape classification config and its
 checkpoint) is evaluated on the config's test set (``--data`` replaces its
 ``data_root``) at every ``--sizes`` side. The test pipeline is scaled to
-the size: its resizes by ``size / crop`` and its centre crop to ``size``
-(DeiT: short side 256 * size / 224, crop size); a pipeline without either
-(the demo's) gets a bicubic resize to ``size x size``. The backbone handles
+the size: its centre crop to ``size`` and its resizes by ``size / crop``,
+rounded down as DeiT rounds (the config's crop ratio kept: DeiT's short
+side ``int(256 * size / 224)``), or with ``--crop-ratio R`` its short-side
+resize to ``int(size / R)``; a pipeline without either (the demo's) gets a
+bicubic resize to ``size x size``. The backbone handles
 the new patch grid as it does for any input: an absolute PE is resized
 once per forward (bicubic; ``--antialias`` as timm resamples, which
 filters where the grid shrinks), the per-layer norms then run on it, and a
@@ -31,6 +35,7 @@ Example:
         configs/demo/deit-demo-lape_pos-shapes.py D/lape/iter_600.pth \\
         --sizes 16 24 32 48 64 --data D/data --out-dir sweep
 """
+import argparse
 import copy
 import csv
 import math
@@ -73,6 +78,12 @@ def parse_args(argv=None):
         action='store_true',
         help='resize the absolute PE with antialiasing, as timm does')
     parser.add_argument(
+        '--crop-ratio',
+        type=_crop_ratio,
+        help='evaluate every size with this crop ratio (crop / short side '
+        'of the resize; RoPE-ViT evaluates with 1.0) instead of the '
+        'config\'s')
+    parser.add_argument(
         '--labels',
         nargs='+',
         help='a name for each checkpoint (default: the config\'s)')
@@ -100,21 +111,46 @@ def parse_args(argv=None):
 
 # ----------------------------------------------------------------------
 # the test pipeline at another size
-def _scaled(value, factor: float):
+def _crop_ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f'expected a crop ratio in (0, 1], got {text!r}')
+    return value
+
+
+def _transform(t: dict) -> str:
+    """A transform's class name, without a registry scope
+    (``'mmpretrain.CenterCrop'`` -> ``'CenterCrop'``)."""
+    return str(t.get('type')).rsplit('.', 1)[-1]
+
+
+def _scaled(value, size: int, native: int):
+    """``value * size / native``, rounded down (DeiT's ``int()``)."""
     if isinstance(value, (list, tuple)):
-        return type(value)(int(round(v * factor)) for v in value)
-    return int(round(value * factor))
+        return type(value)(v * size // native for v in value)
+    return value * size // native
 
 
-def sized_pipeline(pipeline: Sequence[dict], size: int,
-                   native: int) -> List[dict]:
+def sized_pipeline(pipeline: Sequence[dict],
+                   size: int,
+                   native: int,
+                   crop_ratio: Optional[float] = None) -> List[dict]:
     """The test ``pipeline`` for ``size x size`` inputs.
 
     A centre crop sets the native size (else ``native``, the backbone's
-    ``img_size``); every resize (``scale``) is scaled by ``size / native``
-    and the crop becomes ``size``. A pipeline with neither gets
-    ``Resize(scale=(size, size), interpolation='bicubic')`` after its image
-    loading.
+    ``img_size``); every resize (``scale``) is scaled by ``size / native``,
+    rounded down, and the crop becomes ``size``. With ``crop_ratio`` the
+    resizes (short side, one number) become ``int(size / crop_ratio)``.
+    A pipeline with neither gets ``Resize(scale=(size, size),
+    interpolation='bicubic')`` after its image loading.
+
+    Raises:
+        UsageError: ``crop_ratio`` for a pipeline without a centre crop
+            after a short-side resize.
 
     Example:
         >>> deit = [dict(type='LoadImageFromFile'),
@@ -123,23 +159,32 @@ def sized_pipeline(pipeline: Sequence[dict], size: int,
         ...         dict(type='PackInputs')]
         >>> [t.get('scale', t.get('crop_size'))
         ...  for t in sized_pipeline(deit, 384, 224)[1:3]]
-        [439, 384]
+        [438, 384]
+        >>> [t.get('scale', t.get('crop_size'))
+        ...  for t in sized_pipeline(deit, 384, 224, crop_ratio=1.0)[1:3]]
+        [384, 384]
     """
     out = copy.deepcopy(list(pipeline))
-    crops = [t for t in out if t.get('type') == 'CenterCrop']
-    resizes = [t for t in out if 'Resize' in str(t.get('type'))]
+    crops = [t for t in out if _transform(t) == 'CenterCrop']
+    resizes = [t for t in out if 'Resize' in _transform(t)]
+    if crop_ratio is not None and (not crops or not resizes or any(
+            isinstance(t.get('scale'), (list, tuple)) for t in resizes)):
+        raise UsageError(
+            f'--crop-ratio needs a test pipeline that resizes the short '
+            f'side (one scale) and then crops the centre; this one is '
+            f'{[_transform(t) for t in out]}')
     if crops:
         crop = crops[0]['crop_size']
         native = crop[0] if isinstance(crop, (list, tuple)) else crop
-    factor = size / native
     for t in resizes:
-        t['scale'] = _scaled(t['scale'], factor)
+        t['scale'] = (
+            int(size / crop_ratio) if crop_ratio is not None else _scaled(
+                t['scale'], size, native))
     for t in crops:
         t['crop_size'] = size
     if not crops and not resizes:
         at = next(
-            (i + 1
-             for i, t in enumerate(out) if 'LoadImage' in str(t.get('type'))),
+            (i + 1 for i, t in enumerate(out) if 'LoadImage' in _transform(t)),
             0)
         out.insert(
             at,
@@ -149,16 +194,21 @@ def sized_pipeline(pipeline: Sequence[dict], size: int,
 
 # ----------------------------------------------------------------------
 # evaluating
-def load(config: str, checkpoint: str, data: str, antialias: bool,
-         batch_size: Optional[int]):
-    """The model of ``config`` with ``checkpoint`` loaded (checked as
-    ``tools/test.py`` checks it), in eval mode, and the config pointed at
-    ``data``."""
-    import torch
+def _native(cfg) -> int:
+    """The backbone's training size (its ``img_size``)."""
+    native = cfg.model.backbone.get('img_size', 224)
+    return native[0] if isinstance(native, (list, tuple)) else native
+
+
+def load_config(config: str,
+                data: str,
+                antialias: bool,
+                batch_size: Optional[int],
+                crop_ratio: Optional[float] = None):
+    """``config``, checked (a classifier with a test set at ``data``, a
+    test pipeline ``crop_ratio`` fits) and pointed at ``data``."""
     from mmengine.config import Config
 
-    from mmlape.analysis import build_from_config
-    from mmlape.apis import check_checkpoint_fits
     from mmlape.datasets.checks import (check_dataset_paths,
                                         use_checked_image_loading)
     if not osp.isfile(config):
@@ -176,14 +226,29 @@ def load(config: str, checkpoint: str, data: str, antialias: bool,
     use_checked_image_loading(cfg, ('test', ))
     if antialias:
         cfg.model.backbone.interpolate_antialias = True
+    sized_pipeline(loader.dataset.pipeline, _native(cfg), _native(cfg),
+                   crop_ratio)  # raises if crop_ratio does not fit
+    return cfg
+
+
+def load_model(cfg, checkpoint: str):
+    """The model of ``cfg`` with ``checkpoint`` loaded (checked as
+    ``tools/test.py`` checks it), in eval mode."""
+    import torch
+
+    from mmlape.analysis import build_from_config
+    from mmlape.apis import check_checkpoint_fits
     model, _ = build_from_config(cfg)
     state = check_checkpoint_fits(model, checkpoint, 'checkpoint', cfg)
     model.load_state_dict(state, strict=True)
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    return model.to(device).eval(), cfg
+    return model.to(device).eval()
 
 
-def evaluate(model, cfg, size: int) -> float:
+def evaluate(model,
+             cfg,
+             size: int,
+             crop_ratio: Optional[float] = None) -> float:
     """Top-1 (%) of ``model`` on the config's test set at ``size``."""
     import importlib
 
@@ -194,10 +259,9 @@ def evaluate(model, cfg, size: int) -> float:
     scope = cfg.default_scope
     importlib.import_module(f'{scope}.utils').register_all_modules(False)
     loader_cfg = copy.deepcopy(cfg.test_dataloader)
-    native = cfg.model.backbone.get('img_size', 224)
-    native = native[0] if isinstance(native, (list, tuple)) else native
     loader_cfg.dataset.pipeline = sized_pipeline(loader_cfg.dataset.pipeline,
-                                                 size, native)
+                                                 size, _native(cfg),
+                                                 crop_ratio)
     with DefaultScope.overwrite_default_scope(scope):
         loader = Runner.build_dataloader(loader_cfg)
         evaluator = Evaluator(cfg.test_evaluator)
@@ -216,24 +280,25 @@ def sweep(pairs: Sequence[Tuple[str, str]],
           sizes: Sequence[int],
           data: str,
           antialias: bool = False,
-          batch_size: Optional[int] = None) -> List[Dict]:
+          batch_size: Optional[int] = None,
+          crop_ratio: Optional[float] = None) -> List[Dict]:
     """``{'config', 'checkpoint', 'train size', size: top-1 or None}`` per
-    pair."""
+    pair. Every config is checked before the first evaluation."""
+    cfgs = [
+        load_config(config, data, antialias, batch_size, crop_ratio)
+        for config, _ in pairs
+    ]
     rows = []
-    for config, checkpoint in pairs:
-        model, cfg = load(config, checkpoint, data, antialias, batch_size)
-        native = cfg.model.backbone.get('img_size', 224)
+    for (config, checkpoint), cfg in zip(pairs, cfgs):
+        model = load_model(cfg, checkpoint)
         row = {
-            'config':
-            config,
-            'checkpoint':
-            checkpoint,
-            'train size':
-            native[0] if isinstance(native, (list, tuple)) else native
+            'config': config,
+            'checkpoint': checkpoint,
+            'train size': _native(cfg)
         }
         for size in sizes:
             try:
-                row[size] = evaluate(model, cfg, size)
+                row[size] = evaluate(model, cfg, size, crop_ratio)
             except ValueError as err:  # e.g. a relative PE's own grid
                 from mmlape.utils.errors import one_line
                 print(
@@ -323,7 +388,7 @@ def main(argv=None) -> int:
             osp.splitext(osp.basename(c))[0] for c, _ in args.pairs
         ]
         rows = sweep(args.pairs, args.sizes, args.data, args.antialias,
-                     args.batch_size)
+                     args.batch_size, args.crop_ratio)
         csv_path, md_path = write_table(rows, labels, args.sizes, args.out_dir)
         png = plot(rows, labels, args.sizes,
                    osp.join(args.out_dir, STEM + '.png'))
