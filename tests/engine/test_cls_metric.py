@@ -250,6 +250,31 @@ def test_autograd_history_takes_mmpretrain_path():
     _assert_same_results(host.results, ours.results)
 
 
+def test_a_batch_on_mmpretrains_path_keeps_its_place_in_the_order():
+    """Stacked batches before and after one that takes mmpretrain's path:
+    each process's results stay in batch order, so the turns of two
+    processes and the cut of the padding fall as mmengine's."""
+    parts = []
+    for rank in range(2):
+        metric = LaPEAccuracy()
+        for i in range(3):
+            samples = [
+                dict(
+                    pred_score=torch.full((4, ), float(k)),
+                    gt_label=torch.tensor([rank * 100 + i * 10 + k]))
+                for k in range(2)
+            ]
+            if i == 1:  # autograd history: mmpretrain's path
+                samples[0]['pred_score'].requires_grad_()
+            metric.process(None, samples)
+        metric._take(wait=True)
+        parts.append((metric._results, metric._blocks))
+    order = [
+        int(r['gt_label']) for r in cls_metric.gathered_results(parts, 11)
+    ]
+    assert order == [0, 100, 1, 101, 10, 110, 11, 111, 20, 120, 21]
+
+
 def test_copies_and_pickles_hold_the_results():
     """A copy or a pickle of the metric holds the results of the batches
     it has been given, not copies in flight."""
