@@ -269,6 +269,22 @@ def test_other_input_sizes_resize_pe_and_pad_windows():
     assert tuple(plan.final.shape) == (1, 6, 128)
 
 
+def test_a_cached_plan_follows_the_pe_resize_mode():
+    model = tiny(JOIN_CFGS['lape'])
+    img = torch.randn(1, 3, IMG + 32, IMG)  # a grid to resize the PE to
+    outs = []
+    with torch.no_grad():
+        for mode in ('bicubic', 'bilinear', 'bicubic'):
+            model.interpolate_mode = mode
+            outs.append(model(img)[-1])
+            model.cache_pe_plan = False
+            torch.testing.assert_close(
+                model(img)[-1], outs[-1], rtol=0, atol=0)
+            model.cache_pe_plan = True
+    assert not torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], outs[2])
+
+
 def test_small_map_without_padding_is_unshifted_or_refused():
     """pad_small_map=False (classification): a map equal to a window is not
     shifted, a smaller one is refused with a clear message."""

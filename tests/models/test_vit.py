@@ -75,6 +75,28 @@ def test_plan_cache_keeps_several_grids():
         assert model.pe_plan((4, 4)) is not plans[(4, 4)]  # evicted
 
 
+@pytest.mark.parametrize('name,values', [
+    ('interpolate_antialias', (False, True)),
+    ('interpolate_mode', ('bicubic', 'bilinear')),
+])
+def test_a_cached_plan_follows_how_the_pe_is_resized(name, values):
+    """Switching how the PE is resized between two evaluations (a sweep
+    with and without antialiasing) gives the new setting's outputs."""
+    model = tiny('LaPE').eval()
+    assert name in model.plan_settings
+    img = torch.randn(2, 3, IMG // 2, IMG // 2)  # a grid to resize to
+    with torch.no_grad():
+        outs = []
+        for value in values + values[:1]:
+            setattr(model, name, value)
+            outs.append(model(img)[0])
+            model.cache_pe_plan = False
+            torch.testing.assert_close(model(img)[0], outs[-1], rtol=0, atol=0)
+            model.cache_pe_plan = True
+    assert not torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], outs[2])
+
+
 def test_no_cache_with_autograd():
     model = tiny('LaPE').eval()
     assert model.pe_plan((4, 4)) is not model.pe_plan((4, 4))

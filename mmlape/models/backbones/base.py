@@ -110,6 +110,9 @@ class LaPEBackbone(BaseModule):
     new_key_pattern: Optional[str] = None
     #: How many patch grids keep a cached PE plan in eval mode.
     plan_cache_size: int = 8
+    #: The attributes a plan depends on besides its tensors (how the PE is
+    #: resized): a cached plan serves only their values it was built with.
+    plan_settings: Tuple[str, ...] = ()
     #: What an option left at None takes when the arch does not set it
     #: (:meth:`pick_option`).
     option_defaults: Dict[str, Any] = {}
@@ -179,9 +182,9 @@ class LaPEBackbone(BaseModule):
     # the PE plan
     def pe_plan(self, hw: Tuple[int, int]) -> PEPlan:
         """The PE plan for a patch grid ``hw``, cached in eval mode with
-        autograd off, per grid, device and autocast state (a plan may pass
-        the PE through layers autocast casts, as Swin's patch merging), and
-        bypassed under ``torch.compile``.
+        autograd off, per grid, device, autocast state (a plan may pass the
+        PE through layers autocast casts, as Swin's patch merging) and
+        :attr:`plan_settings`, and bypassed under ``torch.compile``.
 
         A cached plan is rebuilt when a tensor it depends on changes (its
         storage or version). ``train()``/``eval()`` empty the cache, since
@@ -198,7 +201,8 @@ class LaPEBackbone(BaseModule):
             return self._build_plan(hw)
         param = next(self.parameters(), None)
         device = param.device if param is not None else torch.device('cpu')
-        key = (hw, device, autocast_dtype(device.type))
+        key = (hw, device, autocast_dtype(device.type),
+               tuple(getattr(self, name) for name in self.plan_settings))
         return self._plan_cache.get(key, self._pe_tensors(),
                                     lambda: self._build_plan(hw))
 

@@ -178,6 +178,7 @@ class LaPESwin(LaPEBackbone):
     """
     arch_zoo = SWIN_ARCH_ZOO
     checkpoint_family = SWIN
+    plan_settings = ('interpolate_mode', )
 
     def __init__(self,
                  arch: Union[str, Dict] = 'tiny',

@@ -150,6 +150,7 @@ class LaPEViT(LaPEBackbone):
     arch_zoo = VIT_ARCH_ZOO
     OUT_TYPES = ('raw', 'cls_token', 'featmap', 'avg_featmap', 'pooled')
     checkpoint_family = VIT
+    plan_settings = ('interpolate_mode', 'interpolate_antialias')
 
     def __init__(self,
                  arch: Union[str, Dict] = 'base',
