@@ -200,11 +200,11 @@ def _native(cfg) -> int:
     return native[0] if isinstance(native, (list, tuple)) else native
 
 
-def load_config(config: str,
-                data: str,
-                antialias: bool,
-                batch_size: Optional[int],
-                crop_ratio: Optional[float] = None):
+def checked_config(config: str,
+                   data: str,
+                   antialias: bool,
+                   batch_size: Optional[int],
+                   crop_ratio: Optional[float] = None):
     """``config``, checked (a classifier with a test set at ``data``, a
     test pipeline ``crop_ratio`` fits) and pointed at ``data``."""
     from mmengine.config import Config
@@ -285,7 +285,7 @@ def sweep(pairs: Sequence[Tuple[str, str]],
     """``{'config', 'checkpoint', 'train size', size: top-1 or None}`` per
     pair. Every config is checked before the first evaluation."""
     cfgs = [
-        load_config(config, data, antialias, batch_size, crop_ratio)
+        checked_config(config, data, antialias, batch_size, crop_ratio)
         for config, _ in pairs
     ]
     rows = []
