@@ -105,4 +105,9 @@ param_scheduler = [
 train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
 auto_scale_lr = dict(base_batch_size=1024)
 
-default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+# The training step's losses are read from the device only when the
+# logger prints them (mmengine's RuntimeInfoHook reads them every
+# iteration, and each read waits for the step to end): the same log.
+default_hooks = dict(
+    runtime_info=dict(type='LazyRuntimeInfoHook'),
+    checkpoint=dict(type='AtomicCheckpointHook'))

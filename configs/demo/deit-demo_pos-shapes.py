@@ -78,7 +78,11 @@ param_scheduler = [
 train_cfg = dict(by_epoch=False, max_iters=max_iters, val_interval=max_iters)
 val_cfg = dict()
 test_cfg = dict()
+# The training step's losses are read from the device only when the
+# logger prints them (mmengine's RuntimeInfoHook reads them every
+# iteration, and each read waits for the step to end): the same log.
 default_hooks = dict(
+    runtime_info=dict(type='LazyRuntimeInfoHook'),
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(
         type='AtomicCheckpointHook',

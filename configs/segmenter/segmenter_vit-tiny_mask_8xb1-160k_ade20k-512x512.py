@@ -29,4 +29,9 @@ train_dataloader = dict(
 val_dataloader = dict(num_workers=4, pin_memory=True, persistent_workers=True)
 test_dataloader = val_dataloader
 
-default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+# The training step's losses are read from the device only when the
+# logger prints them (mmengine's RuntimeInfoHook reads them every
+# iteration, and each read waits for the step to end): the same log.
+default_hooks = dict(
+    runtime_info=dict(type='LazyRuntimeInfoHook'),
+    checkpoint=dict(type='AtomicCheckpointHook'))

@@ -75,4 +75,9 @@ optim_wrapper = dict(
         }))
 
 # Atomic saves (a kill during a save never loses the previous checkpoint).
-default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+# The training step's losses are read from the device only when the
+# logger prints them (mmengine's RuntimeInfoHook reads them every
+# iteration, and each read waits for the step to end): the same log.
+default_hooks = dict(
+    runtime_info=dict(type='LazyRuntimeInfoHook'),
+    checkpoint=dict(type='AtomicCheckpointHook'))

@@ -94,7 +94,12 @@ param_scheduler = [
 ]
 
 train_cfg = dict(by_epoch=True, max_epochs=310, val_interval=1)
-default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+# The training step's losses are read from the device only when the
+# logger prints them (mmengine's RuntimeInfoHook reads them every
+# iteration, and each read waits for the step to end): the same log.
+default_hooks = dict(
+    runtime_info=dict(type='LazyRuntimeInfoHook'),
+    checkpoint=dict(type='AtomicCheckpointHook'))
 
 # mmpretrain's T2T-ViT model average (momentum 4e-5, every step), updated
 # with one multi-tensor operation, not one per parameter (the same values).

@@ -144,5 +144,10 @@ param_scheduler = [
 train_cfg = dict(by_epoch=True, max_epochs=310, val_interval=1)
 val_cfg = dict()
 test_cfg = dict()
-default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+# The training step's losses are read from the device only when the
+# logger prints them (mmengine's RuntimeInfoHook reads them every
+# iteration, and each read waits for the step to end): the same log.
+default_hooks = dict(
+    runtime_info=dict(type='LazyRuntimeInfoHook'),
+    checkpoint=dict(type='AtomicCheckpointHook'))
 auto_scale_lr = dict(base_batch_size=128)

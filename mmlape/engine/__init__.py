@@ -10,6 +10,7 @@ from mmengine.registry import METRICS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
 from .compile import CompileHook
 from .hooks import AtomicCheckpointHook, WorkDirGuardHook
+from .lazy_log import LazyRuntimeInfoHook
 from .param_groups import LaPEOptimWrapperConstructor
 from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
 from .strategies import LaPEFSDPStrategy
@@ -18,8 +19,8 @@ __all__ = [
     'AtomicCheckpointHook', 'CompileHook', 'InstanceSegTTAModel',
     'LaPEAccuracy', 'LaPEClsDataPreprocessor', 'LaPEExponentialMovingAverage',
     'LaPEFSDPStrategy', 'LaPELayerDecayOptimWrapperConstructor',
-    'LaPEDeiTCosineLR', 'LaPEOptimWrapperConstructor', 'WorkDirGuardHook',
-    'deit_epoch_lr'
+    'LaPEDeiTCosineLR', 'LaPEOptimWrapperConstructor', 'LazyRuntimeInfoHook',
+    'WorkDirGuardHook', 'deit_epoch_lr'
 ]
 
 

@@ -96,6 +96,9 @@ def test_gpu_config_loaders(path):
             ]
         else:
             assert hooks == []
+    # the step's losses read from the device only when logged
+    # (tests/engine/test_lazy_log.py)
+    assert cfg.default_hooks.runtime_info == dict(type='LazyRuntimeInfoHook')
     # a crowded node gets the floor, a node with many CPUs the ceiling
     for cpus, want in ((2, floor), (400, ceiling)):
         run = copy.deepcopy(cfg)
@@ -115,6 +118,8 @@ def test_cpu_demo_configs_load_in_the_training_process():
         # sizes are padded by the preprocessor, as mmpretrain's do
         for name in LOADERS:
             assert 'collate_fn' not in cfg[name]
+        assert cfg.default_hooks.runtime_info == dict(
+            type='LazyRuntimeInfoHook')
 
 
 @pytest.mark.parametrize('split', ['train', 'val'])

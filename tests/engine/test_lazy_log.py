@@ -1,0 +1,316 @@
+"""``LazyRuntimeInfoHook``: a training step's logged values stay on the
+device until something reads them, and the message hub, the log and the
+checkpoints' message hub come out as with mmengine's ``RuntimeInfoHook``."""
+import collections
+import copy
+import os
+import os.path as osp
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from conftest import DEMO
+from mmengine.config import Config
+from mmengine.hooks import Hook, LoggerHook, RuntimeInfoHook
+from mmengine.logging import MessageHub
+from mmengine.runner import Runner
+from torch.overrides import TorchFunctionMode
+
+from mmlape.engine import LazyRuntimeInfoHook
+from mmlape.utils import safe_torch_load
+from mmlape.utils.errors import ConfigError, InputError
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+#: What reads a tensor's values into Python: on a GPU each one waits for
+#: the work that makes the tensor.
+READS = {
+    torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__,
+    torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__index__,
+    torch.Tensor.numpy
+}
+#: The keys whose values are the run's timings, not the step's.
+TIMINGS = ('train/time', 'train/data_time', 'val/time', 'val/data_time')
+
+
+class ReadCounter(TorchFunctionMode):
+    """Counts the reads of tensor values, per training iteration."""
+
+    def __init__(self):
+        super().__init__()
+        self.iteration = None
+        self.reads = collections.defaultdict(list)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in READS and self.iteration is not None:
+            self.reads[self.iteration].append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+class MarkIterations(Hook):
+    priority = 'HIGHEST'
+
+    def __init__(self, counter):
+        self.counter = counter
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self.counter.iteration = runner.iter
+
+    def after_train(self, runner):
+        self.counter.iteration = None
+
+
+def demo_cfg(data, work_dir, runtime_info, iters=7, log_every=3, ckpt_every=5):
+    """The demo config on the GPU configs' path (the stacked batch, mmlape's
+    preprocessor with DeiT's Mixup and CutMix), tiny."""
+    cfg = Config.fromfile(DEMO)
+    for split in ('train', 'val', 'test'):
+        cfg[f'{split}_dataloader'].dataset.data_root = data
+        cfg[f'{split}_dataloader'].collate_fn = dict(type='default_collate')
+    cfg.data_preprocessor = dict(
+        type='LaPEClsDataPreprocessor',
+        num_classes=4,
+        mean=[110., 110., 110.],
+        std=[60., 60., 60.],
+        to_rgb=True,
+        batch_augments=dict(augments=[
+            dict(type='Mixup', alpha=0.8),
+            dict(type='CutMix', alpha=1.0)
+        ]))
+    cfg.train_dataloader.batch_size = 8
+    cfg.train_cfg.max_iters = iters
+    cfg.train_cfg.val_interval = iters
+    cfg.param_scheduler = [
+        dict(type='LinearLR', start_factor=0.1, by_epoch=False, end=iters)
+    ]
+    cfg.default_hooks.logger.interval = log_every
+    cfg.default_hooks.checkpoint.interval = ckpt_every
+    cfg.default_hooks.checkpoint.max_keep_ckpts = 3
+    cfg.default_hooks.runtime_info = dict(type=runtime_info)
+    cfg.work_dir = work_dir
+    cfg.experiment_name = runtime_info
+    return cfg
+
+
+def train(cfg):
+    counter = ReadCounter()
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(MarkIterations(counter))
+    with counter:
+        runner.train()
+    return runner, counter
+
+
+def train_lines(work_dir):
+    """The log's training lines, without the timings."""
+    logs = [
+        osp.join(work_dir, d, f'{d}.log') for d in sorted(
+            p for p in os.listdir(work_dir) if re.fullmatch(r'\d{8}_\d{6}', p))
+    ]
+    lines = []
+    for log in logs:
+        for line in open(log):
+            if 'Iter(train)' in line:
+                line = line.split(' - mmengine - INFO - ')[1]
+                lines.append(
+                    re.sub(r'\s+(eta|time|data_time): \S+( \S+)?', '',
+                           line.strip()))
+    return lines
+
+
+def scalars(hub_state):
+    return {
+        key: (buffer.data[0].tolist(), buffer.data[1].tolist())
+        for key, buffer in hub_state['log_scalars'].items()
+        if key not in TIMINGS
+    }
+
+
+@pytest.fixture(scope='module')
+def both_runs(pos_shapes_data, tmp_path_factory):
+    runs = {}
+    for hook in ('RuntimeInfoHook', 'LazyRuntimeInfoHook'):
+        work = str(tmp_path_factory.mktemp(hook))
+        runner, counter = train(demo_cfg(pos_shapes_data, work, hook))
+        runs[hook] = SimpleNamespace(runner=runner, counter=counter, work=work)
+    return runs
+
+
+def test_the_message_hub_and_the_log_are_mmengines(both_runs):
+    eager, lazy = both_runs['RuntimeInfoHook'], both_runs[
+        'LazyRuntimeInfoHook']
+    assert isinstance(
+        next(h for h in lazy.runner.hooks if isinstance(h, RuntimeInfoHook)),
+        LazyRuntimeInfoHook)
+    got = scalars(lazy.runner.message_hub.state_dict())
+    want = scalars(eager.runner.message_hub.state_dict())
+    assert got == want
+    assert len(got['train/loss'][0]) == 7  # every iteration, in order
+    # the log: iterations 3 and 6 (every 3)
+    lines = train_lines(lazy.work)
+    assert lines == train_lines(eager.work)
+    assert [re.search(r'\[(\d+)/7\]', line).group(1)
+            for line in lines] == ['3', '6']
+
+
+def test_a_checkpoint_between_logs_saves_every_value(both_runs):
+    """Iteration 5 is saved between the logs of 3 and 6: the two values
+    kept since the log are in its message hub."""
+    hubs = {
+        hook: safe_torch_load(osp.join(run.work, 'iter_5.pth'))['message_hub']
+        for hook, run in both_runs.items()
+    }
+    got = scalars(hubs['LazyRuntimeInfoHook'])
+    assert got == scalars(hubs['RuntimeInfoHook'])
+    assert len(got['train/loss'][0]) == 5
+
+
+def test_steps_between_logs_read_nothing_from_the_device(both_runs):
+    """mmengine's hook reads every iteration's loss; the lazy one reads all
+    that it kept, in one go, on the iterations the logger prints (3, 6 and
+    the last), and on the one whose checkpoint is saved (5)."""
+    eager = both_runs['RuntimeInfoHook'].counter.reads
+    lazy = both_runs['LazyRuntimeInfoHook'].counter.reads
+    assert all(eager[i].count('item') >= 1 for i in range(7))
+    for i in (0, 1, 3):
+        assert lazy[i] == [], (i, lazy[i])
+    for i in (2, 4, 5):  # runner.iter counts from 0
+        assert lazy[i] == ['tolist'], (i, lazy[i])
+    # the last (6) is saved, then validates: its reads follow the hand-over
+    assert lazy[6][0] == 'tolist'
+
+
+class FakeLoader(list):
+    dataset = None
+
+
+def fake_runner(hooks=(), loader_len=1000, name='test_lazy_log'):
+    hub = MessageHub(name)
+    return SimpleNamespace(
+        message_hub=hub,
+        hooks=list(hooks),
+        train_dataloader=FakeLoader(range(loader_len)),
+        iter=0,
+        epoch=0,
+        max_epochs=1,
+        max_iters=10000,
+        cfg=None)
+
+
+def step_outputs(i):
+    return collections.OrderedDict(
+        loss=torch.tensor(1.5 + i, dtype=torch.float32),
+        loss_half=torch.tensor(0.1 * i, dtype=torch.float16),
+        loss_bf16=torch.tensor([0.3 + i], dtype=torch.bfloat16),
+        loss_double=torch.tensor(1 / 3 + i, dtype=torch.float64),
+        count=torch.tensor(i, dtype=torch.int64),
+        finite=torch.tensor(i % 2 == 0),
+        number=0.25 * i,
+        array=np.array([i], dtype=np.float32))
+
+
+def run_hook(hook, runner, iters):
+    hook.before_train(runner)
+    for i in range(iters):
+        runner.iter = i
+        hook.after_train_iter(runner, i, outputs=step_outputs(i))
+
+
+def hub_values(hub):
+    return {
+        key: [(type(v), v) for v in buffer.data[0].tolist()]
+        for key, buffer in hub.log_scalars.items()
+    }
+
+
+def test_every_dtype_reaches_the_hub_as_item_gives_it():
+    eager, lazy = fake_runner(name='eager'), fake_runner(name='lazy')
+    run_hook(RuntimeInfoHook(), eager, 5)
+    run_hook(LazyRuntimeInfoHook(interval=2), lazy, 5)
+    # iterations 0-3 are handed over (every 2); the fifth is kept
+    assert len(lazy.message_hub.log_scalars['train/loss'].data[0]) == 4
+    got, want = hub_values(lazy.message_hub), hub_values(eager.message_hub)
+    assert set(got) == set(want)
+    for key in want:
+        assert got[key] == want[key][:4], key
+    # the buffers' own dtypes too (numpy keeps an int history as ints)
+    for key, buffer in eager.message_hub.log_scalars.items():
+        assert lazy.message_hub.log_scalars[key].data[0].dtype == \
+            buffer.data[0].dtype, key
+
+
+def test_flush_hands_over_what_is_kept():
+    hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner()
+    run_hook(hook, runner, 3)
+    assert 'train/loss' not in runner.message_hub.log_scalars
+    hook.flush(runner)
+    assert runner.message_hub.log_scalars['train/loss'].data[0].tolist() == [
+        1.5, 2.5, 3.5
+    ]
+    hook.flush(runner)  # nothing kept: nothing added
+    assert len(runner.message_hub.log_scalars['train/loss'].data[0]) == 3
+
+
+@pytest.mark.parametrize('log_every, expected', [(4, [4, 8]), (3, [3, 6, 9])])
+def test_the_logger_interval_sets_the_hand_over(log_every, expected):
+    """Without an interval of its own the hook hands over on the smallest
+    ``LoggerHook`` interval of the run."""
+    hooks = [LoggerHook(interval=log_every), LoggerHook(interval=50)]
+    hook = LazyRuntimeInfoHook()
+    runner = fake_runner(hooks)
+    sizes = []
+    hook.before_train(runner)
+    for i in range(10):
+        runner.iter = i
+        hook.after_train_iter(runner, i, outputs=step_outputs(i))
+        size = len(
+            runner.message_hub.log_scalars.get(
+                'train/loss', SimpleNamespace(data=[[]])).data[0])
+        if size not in sizes:
+            sizes.append(size)
+    assert sizes[1:] == expected
+
+
+def test_the_end_of_an_epoch_hands_over():
+    hook, runner = LazyRuntimeInfoHook(interval=100), fake_runner(loader_len=3)
+    run_hook(hook, runner, 3)
+    assert len(runner.message_hub.log_scalars['train/loss'].data[0]) == 3
+
+
+def test_a_non_scalar_value_is_named_at_once():
+    hook, runner = LazyRuntimeInfoHook(), fake_runner()
+    hook.before_train(runner)
+    with pytest.raises(
+            InputError, match=r"'loss_cls' as a tensor of shape "
+            r'\(2,\)'):
+        hook.after_train_iter(
+            runner,
+            0,
+            outputs=dict(loss=torch.tensor(1.), loss_cls=torch.ones(2)))
+
+
+@pytest.mark.parametrize('interval', [0, -1, 2.5, True, '10'])
+def test_a_bad_interval_is_refused(interval):
+    with pytest.raises(ConfigError, match=re.escape(f'interval={interval!r}')):
+        LazyRuntimeInfoHook(interval=interval)
+
+
+def test_kept_values_hold_no_graph():
+    hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner()
+    hook.before_train(runner)
+    w = torch.ones(3, requires_grad=True)
+    loss = (w * 2).sum()
+    hook.after_train_iter(runner, 0, outputs=dict(loss=loss))
+    (kept, ), = hook._pending
+    assert kept[1].grad_fn is None and not kept[1].requires_grad
+
+
+def test_the_hook_is_found_from_every_host_scope():
+    from mmengine.registry import HOOKS, DefaultScope
+    for scope in ('mmpretrain', 'mmdet', 'mmseg'):
+        with DefaultScope.overwrite_default_scope(scope):
+            hook = HOOKS.build(dict(type='LazyRuntimeInfoHook'))
+        assert isinstance(hook, LazyRuntimeInfoHook), scope
+    copy.deepcopy(hook)
