@@ -18,8 +18,10 @@ in ImageNet's layout, COCO at 640x480, ADE20K at 683x512 with label PNGs;
   fastest of ``--model-steps`` steps after a warm-up, in wall time (and
   in CPU time, for the bound below).
 - **profile** (``--profile-steps N``): ``N`` more model-only steps under
-  ``torch.profiler``, each ended by a synchronisation as the training
-  loop's reading of the loss ends an iteration: the wall time per step,
+  ``torch.profiler``, each ended by a synchronisation (as mmengine's
+  ``RuntimeInfoHook`` ends an iteration by reading the loss; the configs'
+  ``LazyRuntimeInfoHook`` reads it only when logging): the wall time per
+  step,
   how much of it the GPU is busy (the union of its kernels' intervals),
   the process's CPU time, and the operations that take the most host and
   device time (the whole table in ``<work root>/<family>-profile.txt``).
@@ -28,9 +30,16 @@ in ImageNet's layout, COCO at 640x480, ADE20K at 683x512 with label PNGs;
 - **train**: ``tools/train.py CONFIG --no-validate`` on the generated
   data for ``--iters`` iterations with the workers the config sets
   (``auto_num_workers`` resolved by the tool); images per second from the
-  run's ``time`` per iteration in ``vis_data/scalars.json``, the first
-  ``--warmup`` iterations left out, and the share of it spent waiting for
-  data (``data_time``). While the first iteration runs (seconds; ten when
+  run's ``time`` in ``vis_data/scalars.json``, the first ``--warmup``
+  iterations left out, and the share of it spent waiting for data
+  (``data_time``). The run logs every ``--log-every`` iterations (5), each
+  entry the mean of the iterations since the last: logging reads the
+  step's losses from the device, which waits for the step, and the
+  configs' ``LazyRuntimeInfoHook`` reads them only when they are logged
+  (every 50-100 iterations in the configs), so a run that logged every
+  iteration would wait for every step as the configs' runs do not.
+  ``--runtime-info RuntimeInfoHook`` times mmengine's hook instead, which
+  reads them every iteration. While the first iteration runs (seconds; ten when
   it compiles) the workers fill their queue, ``workers x prefetch_factor``
   batches, and a loop faster than its loader runs on those stored batches
   until the queue drains: that takes ``queue / (1 - loader / model)``
@@ -52,6 +61,8 @@ above 1.02, past the figures' noise: run with a longer ``--warmup``).
 Example:
     python benchmarks/bench_train_path.py --out train_path.md
     python benchmarks/bench_train_path.py --families deit --iters 30
+    python benchmarks/bench_train_path.py --families deit --parts train \
+        --runtime-info RuntimeInfoHook  # losses read every iteration
     python benchmarks/bench_train_path.py --tiny --json out.json  # tests
 """
 import argparse
@@ -196,6 +207,8 @@ def base_loader(config: str) -> Dict:
 #: Warm-up iterations per batch in the loader's queue at the start, and the
 #: iterations timed after them (see the module's docstring).
 DRAIN_PER_QUEUED = 5
+#: Iterations a log entry of the train run covers (its ``time`` their mean).
+LOG_EVERY = 5
 TIMED_ITERS = 25
 
 
@@ -246,15 +259,24 @@ def one_epoch(dataset: Dict, data_root: str, times: int) -> Dict:
         dataset=dict(dataset, data_root=data_root))
 
 
-def overrides(family: str, data_root: str, batch: int, iters: int,
-              epoch_iters: int, tiny: bool, workers: Optional[int],
-              base: Dict) -> Dict:
+def overrides(family: str,
+              data_root: str,
+              batch: int,
+              iters: int,
+              epoch_iters: int,
+              tiny: bool,
+              workers: Optional[int],
+              base: Dict,
+              log_every: int = 1,
+              runtime_info: Optional[str] = None) -> Dict:
     """Config entries of the run: the generated data, ``batch``, ``iters``
     iterations (``epoch_iters`` to an epoch where the loop counts epochs),
     every iteration logged unsmoothed, no checkpoint on the way; with
     ``tiny`` the small model (and, for the dense families, the dense tests'
     small pipelines); ``workers`` replaces the config's worker count
-    (``auto_num_workers`` off)."""
+    (``auto_num_workers`` off); the run logs every ``log_every``
+    iterations, each entry their mean, with the config's
+    ``runtime_info`` hook or the one named."""
     loader_workers = dict(
         num_workers=base['num_workers'] if workers is None else workers,
         persistent_workers=base['persistent_workers'],
@@ -263,11 +285,13 @@ def overrides(family: str, data_root: str, batch: int, iters: int,
         loader_workers['persistent_workers'] = False
     over: Dict = dict(
         default_hooks=dict(
-            logger=dict(interval=1),
+            logger=dict(interval=log_every),
             checkpoint=dict(interval=10**6, save_last=False,
                             max_keep_ckpts=1)),
-        log_processor=dict(window_size=1),
+        log_processor=dict(window_size=log_every),
         randomness=dict(seed=0))
+    if runtime_info:
+        over['default_hooks']['runtime_info'] = dict(type=runtime_info)
     if workers is not None:
         over['auto_num_workers'] = None
     times = math.ceil(iters / epoch_iters)
@@ -550,10 +574,10 @@ def profile_steps_of(step: Callable[[], object],
         table=path)
 
 
-def read_train_log(work_dir: str, warmup: int) -> Dict:
-    """Per-iteration ``time`` and ``data_time`` of a run's scalars.json
-    (logged every iteration, unsmoothed), the first ``warmup`` left
-    out."""
+def read_train_log(work_dir: str, warmup: int, every: int = 1) -> Dict:
+    """``time`` and ``data_time`` per iteration of a run's scalars.json,
+    logged every ``every`` iterations (each entry their mean): the entries
+    whose iterations all follow the first ``warmup``."""
     found = sorted(
         glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
     if not found:
@@ -564,16 +588,22 @@ def read_train_log(work_dir: str, warmup: int) -> Dict:
             entry = json.loads(line)
             if 'time' in entry and 'data_time' in entry:
                 entries.append(entry)
-    timed = entries[warmup:]
+    # an entry at step s covers iterations s - every + 1 .. s (a last one
+    # off the interval, the epoch's end, covers fewer: left out)
+    timed = [
+        e for e in entries
+        if e['step'] % every == 0 and e['step'] - every >= warmup
+    ]
     if not timed:
         raise RuntimeError(
-            f'{len(entries)} iterations logged in {found[-1]}, none after '
-            f'the {warmup} warm-up ones')
+            f'{len(entries)} entries logged in {found[-1]} (every {every} '
+            f'iterations), none after the {warmup} warm-up iterations')
     time_s = sum(e['time'] for e in timed) / len(timed)
     data_s = sum(e['data_time'] for e in timed) / len(timed)
     return dict(
         logged=len(entries),
-        timed=len(timed),
+        log_every=every,
+        timed=len(timed) * every,
         s_per_iter=time_s,
         data_s_per_iter=data_s,
         scalars=found[-1])
@@ -622,7 +652,7 @@ def measure_train(config: str, work_dir: str, warmup: int, args,
     log = osp.join(work_dir, 'train.out')
     cmd = train_command(config, work_dir, args.compile, args.amp)
     wall = run_tool(cmd, log, threads)
-    result = read_train_log(work_dir, warmup)
+    result = read_train_log(work_dir, warmup, args.log_every)
     with open(log) as f:
         text = f.read()
     result.update(
@@ -630,6 +660,7 @@ def measure_train(config: str, work_dir: str, warmup: int, args,
         auto_num_workers_logged=text.count('auto_num_workers: '),
         wall_s=wall,
         compile=args.compile,
+        runtime_info=args.runtime_info or 'the config\'s',
         command=' '.join(cmd[1:]))
     return result
 
@@ -694,7 +725,7 @@ def run_family(family: str, args, root: str) -> Dict:
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(osp.join(root, 'configs'), exist_ok=True)
     over = overrides(family, data_root, batch, iters, per_epoch, args.tiny,
-                     args.workers, base)
+                     args.workers, base, args.log_every, args.runtime_info)
     # (the run dumps its resolved config to the work dir, under this name)
     config = write_config(
         osp.join(root, 'configs', f'{family}.py'), spec['config'], over)
@@ -782,8 +813,9 @@ def markdown(report: Dict) -> str:
         f"{m['load_average'][0]:.1f} at the start, "
         f"{report['load_average_end'][0]:.1f} at the end; tools/train.py " +
         ('and the model-only step compiled (--compile, inductor).' if
-         report['settings']['compile'] else 'and the model-only step eager.'),
-        '', '| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)
+         report['settings']['compile'] else 'and the model-only step eager.') +
+        runtime_info_note(report['settings']), '',
+        '| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)
     ]
     for fam in report['families']:
         if 'error' in fam:
@@ -821,6 +853,17 @@ def markdown(report: Dict) -> str:
     return '\n'.join(lines) + '\n'
 
 
+def runtime_info_note(settings: Dict) -> str:
+    """The caption's words on how the train run read its losses."""
+    every = settings.get('log_every') or 1
+    hook = settings.get('runtime_info')
+    if hook:
+        return (f' The train run logged every {every} iteration(s) with '
+                f'{hook} as its runtime_info hook.')
+    return (f" The train run logged every {every} iteration(s) with the "
+            "config's runtime_info hook.")
+
+
 def profile_markdown(report: Dict) -> List[str]:
     """The profiled model-only steps: one row per family, then each
     family's top host and device operations."""
@@ -830,8 +873,8 @@ def profile_markdown(report: Dict) -> List[str]:
         return []
     lines = [
         '', 'Model-only steps under torch.profiler (each ended by a '
-        'synchronisation, as the loop\'s reading of the loss ends an '
-        'iteration):', '',
+        'synchronisation, as mmengine\'s RuntimeInfoHook ends each '
+        'iteration; the configs\' LazyRuntimeInfoHook does not):', '',
         '| family | steps | wall ms/step | GPU busy ms/step | GPU idle | '
         'process CPU ms/step |', '|---|---|---|---|---|---|'
     ]
@@ -913,6 +956,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         type=int,
         help='images the loader makes while timed (128; --tiny 8)')
     parser.add_argument(
+        '--log-every',
+        type=int,
+        help='the train run logs every N iterations, each entry their '
+        'mean (5; --tiny 1)')
+    parser.add_argument(
+        '--runtime-info',
+        help="the train run's default_hooks.runtime_info type instead of "
+        "the config's (LazyRuntimeInfoHook), e.g. RuntimeInfoHook: "
+        "mmengine's, which reads the step's losses every iteration")
+    parser.add_argument(
         '--model-steps',
         type=int,
         help='timed model-only steps, the fastest counts (5; --tiny 3)')
@@ -968,6 +1021,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         iters=5 if tiny else None,
         warmup=2 if tiny else None,
         loader_images=8 if tiny else 128,
+        log_every=1 if tiny else LOG_EVERY,
         model_steps=3 if tiny else 5)
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -976,6 +1030,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         import torch
         args.max_batch = 2 if tiny else (
             0 if torch.cuda.is_available() else 32)
+    if args.log_every < 1:
+        parser.error(f'--log-every {args.log_every}: at least 1')
     if None not in (args.warmup, args.iters) and args.warmup >= args.iters:
         parser.error(f'--warmup {args.warmup} leaves none of --iters '
                      f'{args.iters} timed')

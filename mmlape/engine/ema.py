@@ -16,8 +16,15 @@ to mmengine's there, ``tests/engine/test_ema.py``). Everything else is
 mmengine's: the first step copies the model, ``interval`` and
 ``update_buffers`` as there, buffers that are not averaged are copied
 from the model, and the checkpoint's keys are the same.
+
+mmengine decides whether a step copies, averages or waits by comparing
+its ``steps`` buffer, which lives on the model's device: on a GPU each
+comparison is a copy to the host that waits for the training step. The
+class keeps the count on the host too, read from the buffer once (on the
+first update and after a state dict is loaded), so an update reads
+nothing from the device.
 """
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -39,10 +46,29 @@ class LaPEExponentialMovingAverage(ExponentialMovingAverage):
         ]
     """
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        #: ``steps`` on the host (None: read it from the buffer).
+        self._host_steps: Optional[int] = None
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._host_steps = None  # ``steps`` may have been loaded
+
     def update_parameters(self, model: nn.Module) -> None:
-        if self.steps == 0 or self.steps % self.interval != 0:
-            # mmengine's: the first copy, or no update on this step
+        steps = self._host_steps
+        if steps is None:
+            steps = int(self.steps)
+        self._host_steps = steps + 1
+        if steps == 0:
+            # mmengine's first step: a copy of the model (its own test of
+            # the count reads the buffer, once)
             return super().update_parameters(model)
+        if steps % self.interval != 0:
+            # mmengine's step without an update
+            self._copy_buffers(model)
+            self.steps += 1
+            return
         source = (
             model.state_dict()
             if self.update_buffers else dict(model.named_parameters()))
@@ -63,7 +89,11 @@ class LaPEExponentialMovingAverage(ExponentialMovingAverage):
             return super().update_parameters(model)
         for avg, src in groups.values():
             torch._foreach_lerp_(avg, src, self.momentum)
+        self._copy_buffers(model)
+        self.steps += 1
+
+    def _copy_buffers(self, model: nn.Module) -> None:
+        """mmengine's: buffers that are not averaged follow the model."""
         if not self.update_buffers:
             for b_avg, b_src in zip(self.module.buffers(), model.buffers()):
                 b_avg.data.copy_(b_src.data.to(b_avg.device))
-        self.steps += 1

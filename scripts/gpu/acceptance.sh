@@ -29,7 +29,9 @@
 #                and DeiT-B: tools/train.py end to end, eager then compiled,
 #                beside the model-only step and the loader, and the eager
 #                model-only step profiled: the GPU's idle share and the
-#                host's top operations; its tables in trainpath/) and `host` (benchmarks/bench_host_overheads.py
+#                host's top operations; then DeiT-Ti eager with mmengine's
+#                RuntimeInfoHook, which reads the losses every iteration;
+#                its tables in trainpath/) and `host` (benchmarks/bench_host_overheads.py
 #                on the GPU: the data preprocessor on a stacked batch and on
 #                a list, the configs' preprocessor against mmpretrain's, the
 #                optimizer's groups, the configs' accuracy metric and model
@@ -64,14 +66,20 @@ seconds=${2:-540}
 trainpath() {
     local tp=$DIR/trainpath mode
     mkdir -p "$tp"
-    for mode in eager compiled; do
+    # readeach: DeiT-Ti's eager run again with mmengine's RuntimeInfoHook,
+    # which reads the losses every iteration (the configs' hook: at logs)
+    local opts
+    for mode in eager compiled readeach; do
         [[ -f $tp/$mode.json ]] && continue
-        # shellcheck disable=SC2086  # TRAINPATH_ARGS is a list of options
-        "$PY" benchmarks/bench_train_path.py --families deit,deit-base --amp \
+        case $mode in
+        eager) opts="--families deit,deit-base --profile-steps 10" ;;
+        compiled) opts="--families deit,deit-base --compile" ;;
+        readeach) opts="--families deit --parts train --runtime-info RuntimeInfoHook" ;;
+        esac
+        # shellcheck disable=SC2086  # opts, TRAINPATH_ARGS: lists of options
+        "$PY" benchmarks/bench_train_path.py --amp \
             --work-root "$tp/work" --out "$tp/$mode.md" \
-            --json "$tp/$mode.part" \
-            $([[ $mode == compiled ]] && echo --compile ||
-                echo --profile-steps 10) \
+            --json "$tp/$mode.part" $opts \
             ${TRAINPATH_ARGS:-} && mv "$tp/$mode.part" "$tp/$mode.json" ||
             echo "[acceptance] trainpath $mode: bench_train_path.py failed"
     done

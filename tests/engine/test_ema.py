@@ -13,6 +13,7 @@ import torch.nn as nn
 from conftest import ROOT
 from mmengine.config import Config
 from mmengine.model import ExponentialMovingAverage
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmlape.engine.ema import LaPEExponentialMovingAverage
@@ -86,6 +87,69 @@ def test_one_operation_updates_every_parameter():
     assert host_ops.names.count('lerp_.Scalar') == params == 8
     assert our_ops.names.count('_foreach_lerp_.Scalar') == 1
     assert 'lerp_.Scalar' not in our_ops.names
+
+
+class Reads(TorchFunctionMode):
+    """The reads of tensor values into Python (on a GPU, each waits for the
+    work that makes the tensor)."""
+    READS = {
+        torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__,
+        torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__
+    }
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize('interval', [1, 2])
+def test_updates_read_nothing_from_the_device(interval):
+    """mmengine compares its ``steps`` buffer at every update; mmlape's
+    reads it once, at the first."""
+    model = _model()
+    host = ExponentialMovingAverage(model, momentum=0.1, interval=interval)
+    ours = LaPEExponentialMovingAverage(model, momentum=0.1, interval=interval)
+    with Reads() as first:
+        ours.update_parameters(model)
+    assert first.names  # the count, read once
+    with Reads() as host_reads:
+        for _ in range(4):
+            host.update_parameters(model)
+    with Reads() as our_reads:
+        for _ in range(4):
+            ours.update_parameters(model)
+    assert len(host_reads.names) >= 4
+    assert our_reads.names == []
+    assert int(ours.steps) == 5
+
+
+def test_a_loaded_count_is_followed():
+    """A state dict loaded after updates brings its own ``steps``: the
+    next updates (an interval of 3) follow it as mmengine's do."""
+    model = _model()
+    gen = torch.Generator().manual_seed(3)
+    saved = ExponentialMovingAverage(model, momentum=0.2, interval=3)
+    for _ in range(4):
+        _train_a_little(model, gen)
+        saved.update_parameters(model)
+    ours = LaPEExponentialMovingAverage(model, momentum=0.2, interval=3)
+    for _ in range(2):  # its count on the host: 2
+        ours.update_parameters(model)
+    host = ExponentialMovingAverage(_model(seed=7), momentum=0.2, interval=3)
+    for ema in (ours, host):
+        ema.load_state_dict(copy.deepcopy(saved.state_dict()))
+    for step in range(5):
+        _train_a_little(model, gen)
+        for ema in (ours, host):
+            ema.update_parameters(model)
+        for key, value in host.state_dict().items():
+            assert torch.equal(value, ours.state_dict()[key]), (step, key)
+    assert int(ours.steps) == 9
 
 
 def test_checkpoint_loads_either_way():

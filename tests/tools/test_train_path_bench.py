@@ -16,7 +16,12 @@ def test_command_line():
     args = bench.parse_args(['--tiny'])
     assert args.families == list(bench.FAMILIES)
     assert (args.iters, args.warmup, args.max_batch) == (5, 2, 2)
+    assert args.log_every == 1 and args.runtime_info is None
     assert not args.compile
+    # the user's path logs every 50-100 iterations: the run logs every 5
+    assert bench.parse_args([]).log_every == bench.LOG_EVERY == 5
+    with pytest.raises(SystemExit):
+        bench.parse_args(['--log-every', '0'])
     # --compile and --amp go to tools/train.py as they are
     cmd = bench.train_command('c.py', 'w', compile_=True, amp=True)
     assert cmd[1:] == [
@@ -52,6 +57,49 @@ def test_warmup_drains_the_loaders_queue():
         iters=50, warmup=25)
     assert bench.iterations(bench.parse_args(['--iters', '50']), 2) == dict(
         iters=50, warmup=10)
+
+
+def test_train_log_is_read_by_windows(tmp_path):
+    """Logged every 5 iterations, each entry the mean of its 5: the entries
+    whose iterations all follow the warm-up are timed, a last entry off the
+    interval (an epoch's end) is left out."""
+    run = tmp_path / '20261127_000000' / 'vis_data'
+    run.mkdir(parents=True)
+    steps = [5, 10, 15, 20, 22]
+    with open(run / 'scalars.json', 'w') as f:
+        for step in steps:
+            f.write(
+                json.dumps(
+                    dict(
+                        time=step / 10,
+                        data_time=step / 100,
+                        loss=1.0,
+                        step=step)) + '\n')
+        f.write(json.dumps(dict(time=9.0, data_time=9.0, step=0)) + '\n')
+    got = bench.read_train_log(str(tmp_path), warmup=7, every=5)
+    # warm-up 7: the entry of 6..10 holds iterations 6 and 7, left out
+    assert (got['timed'], got['log_every']) == (10, 5)
+    assert got['s_per_iter'] == pytest.approx((1.5 + 2.0) / 2)
+    assert got['data_s_per_iter'] == pytest.approx((0.15 + 0.2) / 2)
+    got = bench.read_train_log(str(tmp_path), warmup=5, every=5)
+    assert got['timed'] == 15
+    with pytest.raises(RuntimeError, match='none after the 20 warm-up'):
+        bench.read_train_log(str(tmp_path), warmup=20, every=5)
+
+
+def test_train_run_logs_by_windows_with_the_hook_named():
+    base = bench.base_loader(bench.FAMILIES['deit']['config'])
+    over = bench.overrides('deit', '/data', 8, 30, 30, False, 2, base, 5)
+    assert over['default_hooks']['logger'] == dict(interval=5)
+    assert over['log_processor'] == dict(window_size=5)
+    assert 'runtime_info' not in over['default_hooks']  # the config's
+    over = bench.overrides('deit', '/data', 8, 30, 30, False, 2, base, 5,
+                           'RuntimeInfoHook')
+    assert over['default_hooks']['runtime_info'] == dict(
+        type='RuntimeInfoHook')
+    note = bench.runtime_info_note(
+        dict(log_every=5, runtime_info='RuntimeInfoHook'))
+    assert 'every 5 iteration(s) with RuntimeInfoHook' in note
 
 
 def test_report_flags_a_run_above_its_bound():
