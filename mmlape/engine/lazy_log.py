@@ -35,8 +35,10 @@ from mmlape.utils.errors import ConfigError, InputError
 
 __all__ = ['LazyRuntimeInfoHook']
 
-#: Iterations kept before a hand-over when the run has no ``LoggerHook``.
-DEFAULT_INTERVAL = 100
+#: The most iterations kept by default (a run without a ``LoggerHook``, or
+#: one that logs less often): one read in 100 steps costs nothing, and what
+#: is kept on the device stays small.
+MAX_INTERVAL = 100
 
 
 def _is_tensor_scalar(value: Any) -> bool:
@@ -50,7 +52,8 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
     Args:
         interval (int, optional): The most iterations whose values are
             kept on the device. Defaults to None: the smallest interval of
-            the run's ``LoggerHook``\\ s (100 when it has none).
+            the run's ``LoggerHook``\\ s, at most 100 (100 when it has
+            none).
 
     Example:
         >>> default_hooks = dict(
@@ -77,7 +80,7 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
             hook.interval for hook in getattr(runner, 'hooks', [])
             if isinstance(hook, LoggerHook) and hook.interval > 0
         ]
-        return min(intervals) if intervals else DEFAULT_INTERVAL
+        return min(intervals + [MAX_INTERVAL])
 
     def before_train(self, runner) -> None:
         super().before_train(runner)

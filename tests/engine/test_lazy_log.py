@@ -253,24 +253,24 @@ def test_flush_hands_over_what_is_kept():
     assert len(runner.message_hub.log_scalars['train/loss'].data[0]) == 3
 
 
-@pytest.mark.parametrize('log_every, expected', [(4, [4, 8]), (3, [3, 6, 9])])
-def test_the_logger_interval_sets_the_hand_over(log_every, expected):
+@pytest.mark.parametrize('log_every, iters, expected',
+                         [([4, 50], 10, [4, 8]), ([3], 10, [3, 6, 9]),
+                          ([500], 250, [100, 200]), ([], 250, [100, 200])])
+def test_the_logger_interval_sets_the_hand_over(log_every, iters, expected):
     """Without an interval of its own the hook hands over on the smallest
-    ``LoggerHook`` interval of the run."""
-    hooks = [LoggerHook(interval=log_every), LoggerHook(interval=50)]
+    ``LoggerHook`` interval of the run, at least every 100 iterations."""
     hook = LazyRuntimeInfoHook()
-    runner = fake_runner(hooks)
-    sizes = []
+    runner = fake_runner([LoggerHook(interval=i) for i in log_every])
+    handed = []
     hook.before_train(runner)
-    for i in range(10):
+    for i in range(iters):
         runner.iter = i
-        hook.after_train_iter(runner, i, outputs=step_outputs(i))
-        size = len(
-            runner.message_hub.log_scalars.get(
-                'train/loss', SimpleNamespace(data=[[]])).data[0])
-        if size not in sizes:
-            sizes.append(size)
-    assert sizes[1:] == expected
+        hook.after_train_iter(runner, i, outputs=dict(loss=torch.tensor(1.)))
+        buffer = runner.message_hub.log_scalars.get('train/loss')
+        size = 0 if buffer is None else len(buffer.data[0])
+        if size and size not in handed:
+            handed.append(size)
+    assert handed == expected
 
 
 def test_the_end_of_an_epoch_hands_over():
