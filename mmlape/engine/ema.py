@@ -59,16 +59,23 @@ class LaPEExponentialMovingAverage(ExponentialMovingAverage):
         steps = self._host_steps
         if steps is None:
             steps = int(self.steps)
-        self._host_steps = steps + 1
+        # (counted once the update is made: one that raises leaves both)
+        self._host_steps = None
         if steps == 0:
             # mmengine's first step: a copy of the model (its own test of
             # the count reads the buffer, once)
-            return super().update_parameters(model)
-        if steps % self.interval != 0:
+            super().update_parameters(model)
+        elif steps % self.interval != 0:
             # mmengine's step without an update
             self._copy_buffers(model)
             self.steps += 1
-            return
+        else:
+            self._average(model)
+        self._host_steps = steps + 1
+
+    def _average(self, model: nn.Module) -> None:
+        """mmengine's averaging step, one ``lerp_`` per device and
+        dtype."""
         source = (
             model.state_dict()
             if self.update_buffers else dict(model.named_parameters()))

@@ -11,16 +11,28 @@ starts only when the device is idle. The logger reads these values only
 every ``interval`` iterations.
 
 :class:`LazyRuntimeInfoHook` is ``RuntimeInfoHook`` with its
-``after_train_iter`` keeping the values on the device, in order, until
-something reads them: it hands them to the message hub (one copy to the
-host per device and dtype) on the iterations a ``LoggerHook`` logs and at
-the end of each epoch, before validation, before a checkpoint is saved,
-at the end of training, and after at most ``interval`` iterations. The
-message hub then holds the same values, counts and order as with
-mmengine's hook, so the log, its smoothing and the checkpoints' message
-hub are unchanged; only a hook that reads the training values from the
-message hub between two logs sees them up to the last hand-over (it can
-call :meth:`LazyRuntimeInfoHook.flush` first).
+``after_train_iter`` keeping the values on the device (copied into one
+stack per iteration, device and dtype), in order, until something reads
+them. It hands them to the message hub, one copy to the host per device
+and dtype, on the iterations a ``LoggerHook`` logs and at the end of each
+epoch, before validation, before a checkpoint is saved, at the end of
+training, on an iteration that logs a key the hub has not seen (the
+first, mostly), and after at most ``interval`` iterations. The message
+hub then holds the same values, counts and order of keys as with
+mmengine's hook, so the log, its smoothing, ``scalars.json`` and the
+checkpoints' message hub are unchanged.
+
+Timings: ``IterTimerHook`` times each iteration on the host. An iteration
+that does not wait for its step ends early and the one that hands over
+waits for those before it, so a window of iterations is timed right when
+it starts at a hand-over. The hook therefore also hands over on the
+iteration before each logged window of the log processor's
+``window_size`` (when it is a number smaller than the logger's interval):
+two reads every ``interval`` iterations.
+
+Only a hook that reads the training values from the message hub between
+two logs sees them up to the last hand-over; it can call
+:meth:`LazyRuntimeInfoHook.flush` first.
 """
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
@@ -40,9 +52,16 @@ __all__ = ['LazyRuntimeInfoHook']
 #: is kept on the device stays small.
 MAX_INTERVAL = 100
 
+#: A kept value's place: ``(device, dtype)`` of its stack.
+_Group = Tuple[torch.device, torch.dtype]
 
-def _is_tensor_scalar(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.numel() == 1
+
+class _OnDevice:
+    """Stands for a value kept in the iteration's stack of ``group``."""
+    __slots__ = ('group', )
+
+    def __init__(self, group: _Group) -> None:
+        self.group = group
 
 
 class LazyRuntimeInfoHook(RuntimeInfoHook):
@@ -53,7 +72,8 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         interval (int, optional): The most iterations whose values are
             kept on the device. Defaults to None: the smallest interval of
             the run's ``LoggerHook``\\ s, at most 100 (100 when it has
-            none).
+            none). Every logging iteration of every ``LoggerHook`` hands
+            over as well.
 
     Example:
         >>> default_hooks = dict(
@@ -68,24 +88,50 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
                 f'LazyRuntimeInfoHook(interval={interval!r}): expected a '
                 f'positive number of iterations or None')
         self.interval = interval
-        self._pending: List[List[Tuple[str, Any]]] = []
+        self._pending: List[Tuple[List[Tuple[str, Any]],
+                                  Dict[_Group, torch.Tensor]]] = []
+        self._schedule: Optional[Tuple[List[Tuple[int, int]], int]] = None
 
     # ------------------------------------------------------------------
     # when the values are handed over
 
-    def _hand_over_interval(self, runner) -> int:
-        if self.interval is not None:
-            return self.interval
-        intervals = [
-            hook.interval for hook in getattr(runner, 'hooks', [])
+    def _plan(self, runner) -> Tuple[List[Tuple[int, int]], int]:
+        """Each logger's interval with the iterations its logged window
+        holds (0: the window reaches back to the last log, or is not a
+        number of iterations), and the most iterations kept."""
+        logs = sorted({
+            hook.interval
+            for hook in getattr(runner, 'hooks', [])
             if isinstance(hook, LoggerHook) and hook.interval > 0
-        ]
-        return min(intervals + [MAX_INTERVAL])
+        })
+        window = getattr(
+            getattr(runner, 'log_processor', None), 'window_size', None)
+        if not isinstance(window, int) or isinstance(window, bool):
+            window = 0
+        plan = [(every, window if 0 < window < every else 0) for every in logs]
+        most = self.interval or min(logs + [MAX_INTERVAL])
+        return plan, most
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
         self._pending = []
-        self._every = self._hand_over_interval(runner)
+        self._schedule = self._plan(runner)
+
+    def _due(self, runner, batch_idx: int, outputs) -> bool:
+        if self._schedule is None:
+            self._schedule = self._plan(runner)
+        logs, most = self._schedule
+        if outputs and any(f'train/{key}' not in runner.message_hub.log_scalars
+                           for key in outputs):
+            return True  # a new key: it takes its place in mmengine's order
+        for every, window in logs:
+            if self.every_n_inner_iters(batch_idx, every):
+                return True  # the logger reads
+            if window and self.every_n_inner_iters(batch_idx + window, every):
+                return True  # the next logged window starts after this
+        return (self.every_n_inner_iters(batch_idx, most)
+                or self.end_of_epoch(runner.train_dataloader, batch_idx)
+                or len(self._pending) >= most)
 
     def after_train_iter(self,
                          runner,
@@ -93,9 +139,11 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
                          data_batch: Any = None,
                          outputs: Optional[Dict[str, Any]] = None) -> None:
         """Keep this iteration's ``outputs``; hand everything kept to the
-        message hub on an iteration that a ``LoggerHook`` may log."""
+        message hub when something will read it (the module's
+        docstring)."""
         if outputs is not None:
-            kept = []
+            kept: List[Tuple[str, Any]] = []
+            values: Dict[_Group, List[torch.Tensor]] = OrderedDict()
             for key, value in outputs.items():
                 if isinstance(value, torch.Tensor):
                     if value.numel() != 1:
@@ -104,15 +152,18 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
                             f'of shape {tuple(value.shape)}; the message '
                             f'hub takes one number a key (reduce it, e.g. '
                             f'with .mean(), before logging it)')
-                    value = value.detach()
+                    group = (value.device, value.dtype)
+                    values.setdefault(group, []).append(value.detach().reshape(
+                        ()))
+                    value = _OnDevice(group)
                 kept.append((key, value))
-            self._pending.append(kept)
-        every = getattr(self, '_every', None) or \
-            self._hand_over_interval(runner)
-        if (self.every_n_inner_iters(batch_idx, every)
-                or self.every_n_train_iters(runner, every)
-                or self.end_of_epoch(runner.train_dataloader, batch_idx)
-                or len(self._pending) >= every):
+            # a copy: what the step's tensors hold later (memory reused by
+            # CUDA graphs, an in-place change) does not reach the log
+            self._pending.append((kept, {
+                g: torch.stack(v)
+                for g, v in values.items()
+            }))
+        if self._due(runner, batch_idx, outputs):
             self.flush(runner)
 
     def after_train_epoch(self, runner) -> None:
@@ -145,24 +196,22 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        # One copy to the host per (device, dtype): stacking keeps the
+        # One copy to the host per (device, dtype): the stacks keep the
         # dtype, so ``tolist`` gives what ``.item()`` gives (a float, an
         # int or a bool), value for value.
-        groups: 'OrderedDict[tuple, List[torch.Tensor]]' = OrderedDict()
-        for kept in pending:
-            for _, value in kept:
-                if _is_tensor_scalar(value):
-                    groups.setdefault((value.device, value.dtype),
-                                      []).append(value.reshape(()))
+        stacks: Dict[_Group, List[torch.Tensor]] = OrderedDict()
+        for _, stacked in pending:
+            for group, stack in stacked.items():
+                stacks.setdefault(group, []).append(stack)
         numbers = {
-            group: iter(torch.stack(values).tolist())
-            for group, values in groups.items()
+            group: iter(torch.cat(parts).tolist())
+            for group, parts in stacks.items()
         }
         hub = runner.message_hub
-        for kept in pending:
+        for kept, _ in pending:
             for key, value in kept:
-                if _is_tensor_scalar(value):
-                    value = next(numbers[(value.device, value.dtype)])
+                if isinstance(value, _OnDevice):
+                    value = next(numbers[value.group])
                 hub.update_scalar(f'train/{key}', value)
 
 

@@ -152,6 +152,27 @@ def test_a_loaded_count_is_followed():
     assert int(ours.steps) == 9
 
 
+def test_a_failed_update_keeps_the_count():
+    """An update that raises (here a model without the averaged keys)
+    counts no step, as mmengine's: the next ones stay equal to it."""
+    model = _model()
+    host = ExponentialMovingAverage(model, momentum=0.5, interval=2)
+    ours = LaPEExponentialMovingAverage(model, momentum=0.5, interval=2)
+    gen = torch.Generator().manual_seed(4)
+    for ema in (host, ours):
+        ema.update_parameters(model)
+        ema.update_parameters(model)
+        with pytest.raises(KeyError):
+            ema.update_parameters(nn.Sequential())
+    for step in range(3):
+        _train_a_little(model, gen)
+        for ema in (host, ours):
+            ema.update_parameters(model)
+        for key, value in host.state_dict().items():
+            assert torch.equal(value, ours.state_dict()[key]), (step, key)
+    assert int(ours.steps) == int(host.steps) == 5
+
+
 def test_checkpoint_loads_either_way():
     """An mmengine EMA checkpoint loads into mmlape's and back: the same
     keys, and the next updates equal."""

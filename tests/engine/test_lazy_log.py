@@ -3,6 +3,8 @@ device until something reads them, and the message hub, the log and the
 checkpoints' message hub come out as with mmengine's ``RuntimeInfoHook``."""
 import collections
 import copy
+import glob
+import json
 import os
 import os.path as osp
 import re
@@ -120,6 +122,12 @@ def train_lines(work_dir):
     return lines
 
 
+def json_entries(work_dir):
+    (path, ) = glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
 def scalars(hub_state):
     return {
         key: (buffer.data[0].tolist(), buffer.data[1].tolist())
@@ -147,12 +155,16 @@ def test_the_message_hub_and_the_log_are_mmengines(both_runs):
     got = scalars(lazy.runner.message_hub.state_dict())
     want = scalars(eager.runner.message_hub.state_dict())
     assert got == want
+    assert list(got) == list(want)  # the keys in mmengine's order too
     assert len(got['train/loss'][0]) == 7  # every iteration, in order
     # the log: iterations 3 and 6 (every 3)
     lines = train_lines(lazy.work)
     assert lines == train_lines(eager.work)
     assert [re.search(r'\[(\d+)/7\]', line).group(1)
             for line in lines] == ['3', '6']
+    # scalars.json: the same entries, keys in the same order
+    assert [list(entry) for entry in json_entries(lazy.work)] == \
+        [list(entry) for entry in json_entries(eager.work)]
 
 
 def test_a_checkpoint_between_logs_saves_every_value(both_runs):
@@ -169,14 +181,15 @@ def test_a_checkpoint_between_logs_saves_every_value(both_runs):
 
 def test_steps_between_logs_read_nothing_from_the_device(both_runs):
     """mmengine's hook reads every iteration's loss; the lazy one reads all
-    that it kept, in one go, on the iterations the logger prints (3, 6 and
-    the last), and on the one whose checkpoint is saved (5)."""
+    that it kept, in one go, on the first iteration (its keys take their
+    place in the hub), on those the logger prints (3, 6) and on the one
+    whose checkpoint is saved (5)."""
     eager = both_runs['RuntimeInfoHook'].counter.reads
     lazy = both_runs['LazyRuntimeInfoHook'].counter.reads
     assert all(eager[i].count('item') >= 1 for i in range(7))
-    for i in (0, 1, 3):
+    for i in (1, 3):
         assert lazy[i] == [], (i, lazy[i])
-    for i in (2, 4, 5):  # runner.iter counts from 0
+    for i in (0, 2, 4, 5):  # runner.iter counts from 0
         assert lazy[i] == ['tolist'], (i, lazy[i])
     # the last (6) is saved, then validates: its reads follow the hand-over
     assert lazy[6][0] == 'tolist'
@@ -186,11 +199,12 @@ class FakeLoader(list):
     dataset = None
 
 
-def fake_runner(hooks=(), loader_len=1000, name='test_lazy_log'):
+def fake_runner(hooks=(), loader_len=1000, name='test_lazy_log', window=10):
     hub = MessageHub(name)
     return SimpleNamespace(
         message_hub=hub,
         hooks=list(hooks),
+        log_processor=SimpleNamespace(window_size=window),
         train_dataloader=FakeLoader(range(loader_len)),
         iter=0,
         epoch=0,
@@ -244,7 +258,10 @@ def test_every_dtype_reaches_the_hub_as_item_gives_it():
 def test_flush_hands_over_what_is_kept():
     hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner()
     run_hook(hook, runner, 3)
-    assert 'train/loss' not in runner.message_hub.log_scalars
+    # the first iteration's keys are new: handed over at once
+    assert runner.message_hub.log_scalars['train/loss'].data[0].tolist() == [
+        1.5
+    ]
     hook.flush(runner)
     assert runner.message_hub.log_scalars['train/loss'].data[0].tolist() == [
         1.5, 2.5, 3.5
@@ -253,24 +270,96 @@ def test_flush_hands_over_what_is_kept():
     assert len(runner.message_hub.log_scalars['train/loss'].data[0]) == 3
 
 
-@pytest.mark.parametrize('log_every, iters, expected',
-                         [([4, 50], 10, [4, 8]), ([3], 10, [3, 6, 9]),
-                          ([500], 250, [100, 200]), ([], 250, [100, 200])])
-def test_the_logger_interval_sets_the_hand_over(log_every, iters, expected):
-    """Without an interval of its own the hook hands over on the smallest
-    ``LoggerHook`` interval of the run, at least every 100 iterations."""
-    hook = LazyRuntimeInfoHook()
-    runner = fake_runner([LoggerHook(interval=i) for i in log_every])
-    handed = []
+def hand_overs(hook, runner, iters, outputs=None):
+    """Run ``iters`` iterations; the hub's sizes after each hand-over, and
+    whether every logging iteration of the runner's loggers found all its
+    values there."""
+    handed, complete = [], True
     hook.before_train(runner)
     for i in range(iters):
         runner.iter = i
-        hook.after_train_iter(runner, i, outputs=dict(loss=torch.tensor(1.)))
+        hook.after_train_iter(
+            runner,
+            i,
+            outputs=outputs(i) if outputs else dict(
+                loss=torch.tensor(float(i))))
         buffer = runner.message_hub.log_scalars.get('train/loss')
         size = 0 if buffer is None else len(buffer.data[0])
         if size and size not in handed:
             handed.append(size)
+        if any(h.every_n_inner_iters(i, h.interval) for h in runner.hooks):
+            complete &= size == i + 1
+    return handed, complete
+
+
+@pytest.mark.parametrize(
+    'loggers, interval, iters, expected',
+    [
+        ([3], None, 10, [1, 3, 6, 9]),
+        # (the log processor's window of 10 starts after 140 and 290)
+        ([150], None, 300, [1, 100, 140, 150, 200, 290, 300]),
+        ([], None, 250, [1, 100, 200]),
+        ([4, 50], None, 60, [1] + list(range(4, 49, 4)) + [50, 52, 56, 60]),
+        ([10], 3, 30, [1, 3, 6, 9, 10, 12, 15, 18, 20, 21, 24, 27, 30]),
+    ])
+def test_every_logging_iteration_finds_its_values(loggers, interval, iters,
+                                                  expected):
+    """The hook hands over on every iteration any ``LoggerHook`` logs,
+    whatever its own interval (the loggers' smallest, at most 100, by
+    default), and on the first."""
+    hook = LazyRuntimeInfoHook(interval=interval)
+    runner = fake_runner([LoggerHook(interval=i) for i in loggers])
+    handed, complete = hand_overs(hook, runner, iters)
+    assert complete
     assert handed == expected
+
+
+@pytest.mark.parametrize('window, expected', [(2, [1, 3, 5, 8, 10]),
+                                              (5, [1, 5, 10]),
+                                              (10, [1, 5, 10]),
+                                              ('epoch', [1, 5, 10])])
+def test_a_logged_window_starts_at_a_hand_over(window, expected):
+    """The log processor averages the last ``window`` iterations' times: the
+    iteration before them hands over too, so the window is timed from a
+    step that has ended (a window as long as the interval starts at the
+    last log)."""
+    hook = LazyRuntimeInfoHook()
+    runner = fake_runner([LoggerHook(interval=5)], window=window)
+    handed, complete = hand_overs(hook, runner, 10)
+    assert complete
+    assert handed == expected
+
+
+def test_keys_take_mmengines_order():
+    """A key enters the hub when mmengine's hook would put it there:
+    before the timer's ``time`` of its first iteration, also when it
+    first appears later."""
+
+    def outputs(i):
+        out = collections.OrderedDict(loss=torch.tensor(float(i)))
+        if i >= 3:
+            out['loss_aux'] = torch.tensor(2. * i)
+        return out
+
+    hubs = []
+    for hook in (RuntimeInfoHook(), LazyRuntimeInfoHook()):
+        runner = fake_runner([LoggerHook(interval=5)],
+                             name=type(hook).__name__)
+        hook.before_train(runner)
+        for i in range(8):
+            runner.iter = i
+            runner.message_hub.update_scalar('train/data_time', 0.01)
+            hook.after_train_iter(runner, i, outputs=outputs(i))
+            runner.message_hub.update_scalar('train/time', 0.1)
+        hook.after_train(runner)
+        hubs.append(runner.message_hub)
+    eager, lazy = hubs
+    assert list(lazy.log_scalars) == list(eager.log_scalars) == [
+        'train/data_time', 'train/loss', 'train/time', 'train/loss_aux'
+    ]
+    for key, buffer in eager.log_scalars.items():
+        assert lazy.log_scalars[key].data[0].tolist() == \
+            buffer.data[0].tolist(), key
 
 
 def test_the_end_of_an_epoch_hands_over():
@@ -297,14 +386,25 @@ def test_a_bad_interval_is_refused(interval):
         LazyRuntimeInfoHook(interval=interval)
 
 
-def test_kept_values_hold_no_graph():
+def test_kept_values_hold_no_graph_and_no_later_change():
+    """What is kept is a copy, without autograd history: a logged tensor
+    changed in place afterwards (memory that CUDA graphs reuse, say) is
+    logged as it was."""
     hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner()
     hook.before_train(runner)
+    hook.after_train_iter(runner, 0, outputs=dict(loss=torch.tensor(0.)))
     w = torch.ones(3, requires_grad=True)
     loss = (w * 2).sum()
-    hook.after_train_iter(runner, 0, outputs=dict(loss=loss))
-    (kept, ), = hook._pending
-    assert kept[1].grad_fn is None and not kept[1].requires_grad
+    hook.after_train_iter(runner, 1, outputs=dict(loss=loss))
+    (_, stacks), = hook._pending
+    (stack, ) = stacks.values()
+    assert stack.grad_fn is None and not stack.requires_grad
+    with torch.no_grad():
+        loss.add_(100.)
+    hook.flush(runner)
+    assert runner.message_hub.log_scalars['train/loss'].data[0].tolist() == [
+        0., 6.
+    ]
 
 
 def test_the_hook_is_found_from_every_host_scope():
