@@ -42,8 +42,12 @@
 #                evaluator and with mmpretrain's, beside the model's eval
 #                step and the test loader per worker; its table in
 #                testpath/)
-#                (default: host trainpath testpath kernels deit compile dist
-#                adapter segmenter msda)
+#                and `syncs` (benchmarks/bench_syncs.py --amp: the training
+#                loop's CUDA synchronisations per iteration on DeiT-Ti's
+#                config, with its LazyRuntimeInfoHook and with mmengine's
+#                RuntimeInfoHook; its table in syncs/)
+#                (default: syncs host trainpath testpath kernels deit
+#                compile dist adapter segmenter msda)
 #   KERNEL_STEPS which timm steps `kernels` times after the kernels, each in
 #                a fresh process: `eval` (with the host time per add),
 #                `train`, both (default: "eval train") or none ("")
@@ -58,7 +62,7 @@ cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 BUILD=${BUILD_DIR:-.gpu_build}
 DIR=$BUILD/acceptance
-SECTIONS=${SECTIONS:-host trainpath testpath kernels deit compile dist adapter segmenter msda}
+SECTIONS=${SECTIONS:-syncs host trainpath testpath kernels deit compile dist adapter segmenter msda}
 KERNEL_STEPS=${KERNEL_STEPS-eval train}
 mode=${1:-run}
 seconds=${2:-540}
@@ -128,6 +132,17 @@ kernels() {
     fi
 }
 
+syncs() {
+    # the training loop's synchronisations per iteration (the config's
+    # runtime_info hook against mmengine's), DeiT-Ti's config, --amp
+    local y=$DIR/syncs
+    mkdir -p "$y"
+    "$PY" benchmarks/bench_syncs.py --amp --work-root "$y/work" \
+        --out "$y/syncs.md" --json "$y/syncs.json" &&
+        cp "$y/syncs.json" "$DIR/syncs.done" ||
+        echo "[acceptance] syncs: bench_syncs.py failed"
+}
+
 host() {
     # the host work around the model: the data preprocessor on a stacked
     # batch against a list, the configs' preprocessor against mmpretrain's,
@@ -152,7 +167,8 @@ run_all() {
             continue
         fi
         if [[ $section == trainpath || $section == kernels ||
-            $section == host || $section == testpath ]]; then
+            $section == host || $section == testpath ||
+            $section == syncs ]]; then
             [[ -f $DIR/$section.done ]] || $section
             continue
         fi
@@ -171,8 +187,8 @@ run_all() {
     else  # only the sections with their own tables ran
         : > "$DIR/table.md"
     fi
-    cat "$DIR"/kernels/*.md "$DIR"/host/*.md "$DIR"/trainpath/*.md \
-        "$DIR"/testpath/*.md >> "$DIR/table.md" \
+    cat "$DIR"/syncs/*.md "$DIR"/kernels/*.md "$DIR"/host/*.md \
+        "$DIR"/trainpath/*.md "$DIR"/testpath/*.md >> "$DIR/table.md" \
         2>/dev/null || true
     echo done > "$DIR/status"
 }
@@ -186,6 +202,7 @@ export_results() {
         "$DIR"/trainpath/*.json "$DIR"/trainpath/*.part \
         "$DIR"/trainpath/*.md "$DIR"/trainpath/work/*-profile.txt \
         "$DIR"/testpath/*.md "$DIR"/testpath/*.json \
+        "$DIR"/syncs/*.md "$DIR"/syncs/*.json \
         "$BUILD/mmcv_build_time.txt"; do
         [[ -f $f ]] && files+=("$f")
     done
