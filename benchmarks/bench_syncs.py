@@ -10,8 +10,9 @@ the device idle.
 
 - On CUDA every call that synchronises the host with the device is
   counted: ``torch.cuda.set_sync_debug_mode('warn')`` makes PyTorch warn
-  at each one (``.item()``, a copy to pageable host memory, ``nonzero``,
-  ...), and the warnings are counted per iteration.
+  at each one (``.item()``, a copy to pageable host memory, a CPU index
+  into a CUDA tensor, ...), and the warnings are counted per iteration,
+  each named by the Python line that made the call.
 - On the CPU nothing waits; the reads of tensor values into Python
   (``item``, ``tolist``, ``bool``, ``float``, ``int``, ``index``,
   ``numpy``) in the training process are counted instead, through a
@@ -112,12 +113,13 @@ def run_loop(cfg, counter: Counter) -> Dict:
         previous = torch.cuda.get_sync_debug_mode()
         shown = warnings.showwarning
 
-        def show(message, category, *args, **kwargs):
-            text = str(message)
-            if 'synchroniz' in text:
-                counter.record(text.split('\n')[0][:80])
+        def show(message, category, filename, lineno, *args, **kwargs):
+            # every such warning says the same: the Python line that made
+            # the call names it
+            if 'synchroniz' in str(message):
+                counter.record(f'{osp.basename(filename)}:{lineno}')
             else:
-                shown(message, category, *args, **kwargs)
+                shown(message, category, filename, lineno, *args, **kwargs)
 
         with warnings.catch_warnings():
             warnings.simplefilter('always')

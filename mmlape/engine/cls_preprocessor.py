@@ -24,6 +24,14 @@ loaders pin their batches, as the official DeiT, LaPE, CeiT and Swin
 training loops copy theirs) the images are copied to the GPU without the
 host waiting for the copy: the host goes on to the labels and the
 model's first kernels while the images travel.
+
+mmpretrain's Mixup and CutMix draw their permutation of the batch on the
+host (``torch.randperm``) and index the batch on the GPU with it. PyTorch
+moves such an index to the device with a copy that waits for the device:
+every training step then waited, at its start, for the step before it.
+The batch augmentations run under :class:`IndicesOnDevice`, which moves
+a host index of a device tensor to the device without waiting (the same
+index, drawn from the same generator: the same values).
 """
 from numbers import Number
 from typing import List, Optional, Sequence
@@ -32,8 +40,48 @@ import torch
 import torch.nn.functional as F
 from mmpretrain.models.utils import ClsDataPreprocessor
 from mmpretrain.structures import DataSample
+from torch.overrides import TorchFunctionMode
 
-__all__ = ['LaPEClsDataPreprocessor', 'one_label_each']
+__all__ = ['IndicesOnDevice', 'LaPEClsDataPreprocessor', 'one_label_each']
+
+_INDEXING = (torch.Tensor.__getitem__, torch.Tensor.__setitem__)
+
+
+def _on_device(index, device: torch.device):
+    """``index`` with its integer tensors on the host moved to ``device``
+    without waiting (a copy from pageable memory is staged before the
+    call returns)."""
+    if isinstance(index, torch.Tensor):
+        if (index.device.type == 'cpu' and index.dtype != torch.bool
+                and not index.dtype.is_floating_point
+                and not index.dtype.is_complex):
+            return index.to(device, non_blocking=True)
+        return index
+    if isinstance(index, tuple):
+        return tuple(_on_device(i, device) for i in index)
+    return index
+
+
+class IndicesOnDevice(TorchFunctionMode):
+    """Inside it, indexing a tensor that is not on the host with integer
+    tensors that are moves them to its device first without waiting;
+    PyTorch's own move waits for the device. Boolean masks and everything
+    else are left as they are.
+
+    Example:
+        >>> x = torch.empty(4, 3, device='meta')
+        >>> with IndicesOnDevice():
+        ...     x[torch.tensor([2, 0])].device
+        device(type='meta')
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if (func in _INDEXING and len(args) >= 2
+                and isinstance(args[0], torch.Tensor)
+                and args[0].device.type != 'cpu'):
+            args = (args[0], _on_device(args[1], args[0].device)) + tuple(
+                args[2:])
+        return func(*args, **(kwargs or {}))
 
 
 def one_label_each(samples: Optional[Sequence]) -> bool:
@@ -125,7 +173,9 @@ class LaPEClsDataPreprocessor(ClsDataPreprocessor):
             batch_score = F.one_hot(batch_label, num_classes)
         if (training and self.batch_augments is not None
                 and batch_score is not None):
-            inputs, batch_score = self.batch_augments(inputs, batch_score)
+            # Mixup's and CutMix's host permutation: moved without waiting
+            with IndicesOnDevice():
+                inputs, batch_score = self.batch_augments(inputs, batch_score)
         # (1,)-shaped views, as mmpretrain's slices: a 0-d label would be
         # read back to the host by DataSample
         for sample, label in zip(samples, batch_label.split(1)):

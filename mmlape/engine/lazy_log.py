@@ -27,8 +27,9 @@ that does not wait for its step ends early and the one that hands over
 waits for those before it, so a window of iterations is timed right when
 it starts at a hand-over. The hook therefore also hands over on the
 iteration before each logged window of the log processor's
-``window_size`` (when it is a number smaller than the logger's interval):
-two reads every ``interval`` iterations.
+``window_size`` (when it is a number of iterations that is not a multiple
+of the logger's interval), the epoch's last log's window included: two
+reads every ``interval`` iterations.
 
 Only a hook that reads the training values from the message hub between
 two logs sees them up to the last hand-over; it can call
@@ -90,15 +91,16 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         self.interval = interval
         self._pending: List[Tuple[List[Tuple[str, Any]],
                                   Dict[_Group, torch.Tensor]]] = []
-        self._schedule: Optional[Tuple[List[Tuple[int, int]], int]] = None
+        self._schedule: Optional[Tuple[List[Tuple[int, int]], int, int]] = None
 
     # ------------------------------------------------------------------
     # when the values are handed over
 
-    def _plan(self, runner) -> Tuple[List[Tuple[int, int]], int]:
-        """Each logger's interval with the iterations its logged window
-        holds (0: the window reaches back to the last log, or is not a
-        number of iterations), and the most iterations kept."""
+    def _plan(self, runner) -> Tuple[List[Tuple[int, int]], int, int]:
+        """Each logger's interval with how far before a log its logged
+        window starts, counted from the log before (0: at that log), the
+        window (0: not a number of iterations) and the most iterations
+        kept."""
         logs = sorted({
             hook.interval
             for hook in getattr(runner, 'hooks', [])
@@ -108,9 +110,9 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
             getattr(runner, 'log_processor', None), 'window_size', None)
         if not isinstance(window, int) or isinstance(window, bool):
             window = 0
-        plan = [(every, window if 0 < window < every else 0) for every in logs]
+        plan = [(every, window % every if window > 0 else 0) for every in logs]
         most = self.interval or min(logs + [MAX_INTERVAL])
-        return plan, most
+        return plan, max(window, 0), most
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
@@ -120,7 +122,7 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
     def _due(self, runner, batch_idx: int, outputs) -> bool:
         if self._schedule is None:
             self._schedule = self._plan(runner)
-        logs, most = self._schedule
+        logs, whole, most = self._schedule
         if outputs and any(f'train/{key}' not in runner.message_hub.log_scalars
                            for key in outputs):
             return True  # a new key: it takes its place in mmengine's order
@@ -129,6 +131,9 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
                 return True  # the logger reads
             if window and self.every_n_inner_iters(batch_idx + window, every):
                 return True  # the next logged window starts after this
+        if whole and self.end_of_epoch(runner.train_dataloader,
+                                       batch_idx + whole):
+            return True  # so does the window of the epoch's last log
         return (self.every_n_inner_iters(batch_idx, most)
                 or self.end_of_epoch(runner.train_dataloader, batch_idx)
                 or len(self._pending) >= most)

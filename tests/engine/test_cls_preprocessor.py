@@ -16,10 +16,13 @@ from mmengine.dataset import default_collate, pseudo_collate
 
 pytest.importorskip('mmpretrain')
 from mmpretrain.models.utils import ClsDataPreprocessor  # noqa: E402
+from mmpretrain.models.utils.batch_augments import CutMix, Mixup  # noqa
 from mmpretrain.structures import DataSample  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
 
-from mmlape.engine.cls_preprocessor import (  # noqa: E402
-    LaPEClsDataPreprocessor, one_label_each)
+from mmlape.engine.cls_preprocessor import (IndicesOnDevice,  # noqa: E402
+                                            LaPEClsDataPreprocessor,
+                                            one_label_each)
 
 DEIT = 'configs/deit/deit-tiny-lape_4xb256_in1k.py'
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
@@ -263,3 +266,58 @@ def test_one_label_each():
     assert not one_label_each([one, DataSample().set_gt_label([0, 1])])
     assert not one_label_each([copy.deepcopy(one).set_gt_score(torch.rand(3))])
     assert not one_label_each([dict(gt_label=torch.tensor([1]))])
+
+
+class IndexDevices(TorchFunctionMode):
+    """The devices of the tensor indices each indexing call gets."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__):
+            index = args[1] if isinstance(args[1], tuple) else (args[1], )
+            self.seen += [
+                i.device.type for i in index if isinstance(i, torch.Tensor)
+            ]
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize('augment', [Mixup(alpha=0.8), CutMix(alpha=1.0)])
+def test_batch_augments_index_on_the_device(augment):
+    """Mixup's and CutMix's permutation is drawn on the host; on a device
+    PyTorch would move it with a copy that waits for the device. Under
+    ``IndicesOnDevice`` the index reaches the indexing on the device (the
+    meta device here stands for a GPU)."""
+    inputs = torch.empty(4, 3, 8, 8, device='meta')
+    scores = torch.empty(4, 10, device='meta')
+    plain = IndexDevices()
+    with plain:
+        augment.mix(inputs, scores)
+    moved = IndexDevices()
+    with moved, IndicesOnDevice():
+        augment.mix(inputs, scores)
+    assert plain.seen and set(plain.seen) == {'cpu'}
+    assert moved.seen == ['meta'] * len(plain.seen)
+    # the host's own tensors and boolean masks are left alone
+    host = torch.arange(6.)
+    with IndicesOnDevice():
+        assert torch.equal(host[torch.tensor([4, 1])], torch.tensor([4., 1.]))
+        assert torch.equal(host[host > 3], torch.tensor([4., 5.]))
+
+
+def test_the_preprocessor_augments_under_indices_on_device():
+    active = []
+
+    def augments(inputs, scores):
+        active.append(
+            any(
+                isinstance(mode, IndicesOnDevice) for mode in
+                torch.overrides._get_current_function_mode_stack()))
+        return inputs, scores
+
+    prep = LaPEClsDataPreprocessor(num_classes=5, batch_augments=MIX)
+    prep.batch_augments = augments
+    prep(pseudo_collate(_items(4)), True)
+    assert active == [True]

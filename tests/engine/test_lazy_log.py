@@ -88,6 +88,9 @@ def demo_cfg(data, work_dir, runtime_info, iters=7, log_every=3, ckpt_every=5):
         dict(type='LinearLR', start_factor=0.1, by_epoch=False, end=iters)
     ]
     cfg.default_hooks.logger.interval = log_every
+    # (a window of the interval: it starts at the last log; other windows
+    # are the unit tests' below)
+    cfg.log_processor.window_size = log_every
     cfg.default_hooks.checkpoint.interval = ckpt_every
     cfg.default_hooks.checkpoint.max_keep_ckpts = 3
     cfg.default_hooks.runtime_info = dict(type=runtime_info)
@@ -293,22 +296,24 @@ def hand_overs(hook, runner, iters, outputs=None):
 
 
 @pytest.mark.parametrize(
-    'loggers, interval, iters, expected',
+    'loggers, interval, iters, window, expected',
     [
-        ([3], None, 10, [1, 3, 6, 9]),
+        ([3], None, 10, 'epoch', [1, 3, 6, 9]),
         # (the log processor's window of 10 starts after 140 and 290)
-        ([150], None, 300, [1, 100, 140, 150, 200, 290, 300]),
-        ([], None, 250, [1, 100, 200]),
-        ([4, 50], None, 60, [1] + list(range(4, 49, 4)) + [50, 52, 56, 60]),
-        ([10], 3, 30, [1, 3, 6, 9, 10, 12, 15, 18, 20, 21, 24, 27, 30]),
+        ([150], None, 300, 10, [1, 100, 140, 150, 200, 290, 300]),
+        ([], None, 250, 10, [1, 100, 200]),
+        ([4, 50], None, 60, 4,
+         [1] + list(range(4, 45, 4)) + [46, 48, 50, 52, 56, 60]),
+        ([10], 3, 30, 10, [1, 3, 6, 9, 10, 12, 15, 18, 20, 21, 24, 27, 30]),
     ])
 def test_every_logging_iteration_finds_its_values(loggers, interval, iters,
-                                                  expected):
+                                                  window, expected):
     """The hook hands over on every iteration any ``LoggerHook`` logs,
     whatever its own interval (the loggers' smallest, at most 100, by
     default), and on the first."""
     hook = LazyRuntimeInfoHook(interval=interval)
-    runner = fake_runner([LoggerHook(interval=i) for i in loggers])
+    runner = fake_runner([LoggerHook(interval=i) for i in loggers],
+                         window=window)
     handed, complete = hand_overs(hook, runner, iters)
     assert complete
     assert handed == expected
@@ -317,17 +322,27 @@ def test_every_logging_iteration_finds_its_values(loggers, interval, iters,
 @pytest.mark.parametrize('window, expected', [(2, [1, 3, 5, 8, 10]),
                                               (5, [1, 5, 10]),
                                               (10, [1, 5, 10]),
+                                              (7, [1, 3, 5, 8, 10]),
                                               ('epoch', [1, 5, 10])])
 def test_a_logged_window_starts_at_a_hand_over(window, expected):
     """The log processor averages the last ``window`` iterations' times: the
     iteration before them hands over too, so the window is timed from a
-    step that has ended (a window as long as the interval starts at the
-    last log)."""
+    step that has ended (a window of whole intervals starts at a log)."""
     hook = LazyRuntimeInfoHook()
     runner = fake_runner([LoggerHook(interval=5)], window=window)
     handed, complete = hand_overs(hook, runner, 10)
     assert complete
     assert handed == expected
+
+
+def test_the_epochs_last_window_starts_at_a_hand_over():
+    """An epoch of 23 iterations logged every 5 (and at its end, 23):
+    the window of 4 before that last log starts after iteration 19."""
+    hook = LazyRuntimeInfoHook()
+    runner = fake_runner([LoggerHook(interval=5)], loader_len=23, window=4)
+    handed, complete = hand_overs(hook, runner, 23)
+    assert complete
+    assert handed == [1, 5, 6, 10, 11, 15, 16, 19, 20, 21, 23]
 
 
 def test_keys_take_mmengines_order():
