@@ -20,9 +20,9 @@ from mmpretrain.models.utils.batch_augments import CutMix, Mixup  # noqa
 from mmpretrain.structures import DataSample  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
-from mmlape.engine.cls_preprocessor import (IndicesOnDevice,  # noqa: E402
-                                            LaPEClsDataPreprocessor,
-                                            one_label_each)
+import mmlape.engine.cls_preprocessor as preprocessing  # noqa: E402
+from mmlape.engine.cls_preprocessor import (  # noqa: E402
+    LaPEClsDataPreprocessor, one_label_each)
 
 DEIT = 'configs/deit/deit-tiny-lape_4xb256_in1k.py'
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
@@ -296,13 +296,13 @@ def test_batch_augments_index_on_the_device(augment):
     with plain:
         augment.mix(inputs, scores)
     moved = IndexDevices()
-    with moved, IndicesOnDevice():
+    with moved, preprocessing.IndicesOnDevice():
         augment.mix(inputs, scores)
     assert plain.seen and set(plain.seen) == {'cpu'}
     assert moved.seen == ['meta'] * len(plain.seen)
     # the host's own tensors and boolean masks are left alone
     host = torch.arange(6.)
-    with IndicesOnDevice():
+    with preprocessing.IndicesOnDevice():
         assert torch.equal(host[torch.tensor([4, 1])], torch.tensor([4., 1.]))
         assert torch.equal(host[host > 3], torch.tensor([4., 5.]))
 
@@ -313,7 +313,7 @@ def test_the_preprocessor_augments_under_indices_on_device():
     def augments(inputs, scores):
         active.append(
             any(
-                isinstance(mode, IndicesOnDevice) for mode in
+                isinstance(mode, preprocessing.IndicesOnDevice) for mode in
                 torch.overrides._get_current_function_mode_stack()))
         return inputs, scores
 
