@@ -28,8 +28,9 @@ waits for those before it, so a window of iterations is timed right when
 it starts at a hand-over. The hook therefore also hands over on the
 iteration before each logged window of the log processor's
 ``window_size`` (when it is a number of iterations that is not a multiple
-of the logger's interval), the epoch's last log's window included: two
-reads every ``interval`` iterations.
+of the logger's interval), and before the window of an epoch's last log
+where the logger makes one (``ignore_last=False``, or an epoch no longer
+than its interval): two reads every ``interval`` iterations.
 
 Only a hook that reads the training values from the message hub between
 two logs sees them up to the last hand-over; it can call
@@ -91,28 +92,32 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         self.interval = interval
         self._pending: List[Tuple[List[Tuple[str, Any]],
                                   Dict[_Group, torch.Tensor]]] = []
-        self._schedule: Optional[Tuple[List[Tuple[int, int]], int, int]] = None
+        self._schedule: Optional[Tuple[List[Tuple[int, int, bool]], int,
+                                       int]] = None
 
     # ------------------------------------------------------------------
     # when the values are handed over
 
-    def _plan(self, runner) -> Tuple[List[Tuple[int, int]], int, int]:
-        """Each logger's interval with how far before a log its logged
-        window starts, counted from the log before (0: at that log), the
-        window (0: not a number of iterations) and the most iterations
-        kept."""
-        logs = sorted({
-            hook.interval
-            for hook in getattr(runner, 'hooks', [])
+    def _plan(self, runner) -> Tuple[List[Tuple[int, int, bool]], int, int]:
+        """Each logger's interval, how far before a log its logged window
+        starts, counted from the log before (0: at that log), and whether
+        it logs an epoch's last iterations; the window (0: not a number of
+        iterations); the most iterations kept."""
+        loggers = [
+            hook for hook in getattr(runner, 'hooks', [])
             if isinstance(hook, LoggerHook) and hook.interval > 0
-        })
+        ]
         window = getattr(
             getattr(runner, 'log_processor', None), 'window_size', None)
         if not isinstance(window, int) or isinstance(window, bool):
             window = 0
-        plan = [(every, window % every if window > 0 else 0) for every in logs]
-        most = self.interval or min(logs + [MAX_INTERVAL])
-        return plan, max(window, 0), most
+        window = max(window, 0)
+        plan = sorted({(hook.interval, window % hook.interval,
+                        not hook.ignore_last)
+                       for hook in loggers})
+        most = self.interval or min([hook.interval
+                                     for hook in loggers] + [MAX_INTERVAL])
+        return plan, window, most
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
@@ -126,14 +131,18 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         if outputs and any(f'train/{key}' not in runner.message_hub.log_scalars
                            for key in outputs):
             return True  # a new key: it takes its place in mmengine's order
-        for every, window in logs:
+        loader = runner.train_dataloader
+        for every, window, logs_last in logs:
             if self.every_n_inner_iters(batch_idx, every):
                 return True  # the logger reads
             if window and self.every_n_inner_iters(batch_idx + window, every):
                 return True  # the next logged window starts after this
-        if whole and self.end_of_epoch(runner.train_dataloader,
-                                       batch_idx + whole):
-            return True  # so does the window of the epoch's last log
+            # so does the window of the log at the epoch's end, where the
+            # logger makes one (LoggerHook: not ignore_last, or a short
+            # epoch)
+            if (whole and (logs_last or len(loader) <= every)
+                    and self.end_of_epoch(loader, batch_idx + whole)):
+                return True
         return (self.every_n_inner_iters(batch_idx, most)
                 or self.end_of_epoch(runner.train_dataloader, batch_idx)
                 or len(self._pending) >= most)

@@ -335,14 +335,21 @@ def test_a_logged_window_starts_at_a_hand_over(window, expected):
     assert handed == expected
 
 
-def test_the_epochs_last_window_starts_at_a_hand_over():
-    """An epoch of 23 iterations logged every 5 (and at its end, 23):
-    the window of 4 before that last log starts after iteration 19."""
+@pytest.mark.parametrize('ignore_last, expected', [
+    (False, [1, 5, 6, 10, 11, 15, 16, 19, 20, 21, 23]),
+    (True, [1, 5, 6, 10, 11, 15, 16, 20, 21, 23]),
+])
+def test_the_epochs_last_window_starts_at_a_hand_over(ignore_last, expected):
+    """An epoch of 23 iterations logged every 5, and at its end (23) where
+    the logger logs the last iterations: the window of 4 before that log
+    starts after iteration 19. Where it does not, no hand-over for it."""
     hook = LazyRuntimeInfoHook()
-    runner = fake_runner([LoggerHook(interval=5)], loader_len=23, window=4)
+    runner = fake_runner([LoggerHook(interval=5, ignore_last=ignore_last)],
+                         loader_len=23,
+                         window=4)
     handed, complete = hand_overs(hook, runner, 23)
     assert complete
-    assert handed == [1, 5, 6, 10, 11, 15, 16, 19, 20, 21, 23]
+    assert handed == expected
 
 
 def test_keys_take_mmengines_order():
