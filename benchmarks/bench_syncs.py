@@ -273,10 +273,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             report['families'].append(measure(family, args, root))
         except Exception as err:  # noqa: BLE001 -- reported in the row
-            import traceback
-            traceback.print_exc(file=sys.stderr)
-            message = f'{type(err).__name__}: {err}'.replace('\n', ' ')
-            report['families'].append(dict(family=family, error=message[:300]))
+            report['families'].append(train_path.failed_family(family, err))
     text = markdown(report)
     print(text)
     if args.out:

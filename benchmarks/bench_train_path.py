@@ -771,6 +771,15 @@ def run_family(family: str, args, root: str) -> Dict:
     return result
 
 
+def failed_family(family: str, err: Exception) -> Dict:
+    """The report's row of a family whose measurement raised ``err`` (its
+    traceback to stderr)."""
+    import traceback
+    traceback.print_exc(file=sys.stderr)
+    message = f'{type(err).__name__}: {err}'.replace('\n', ' ')
+    return dict(family=family, error=message[:300])
+
+
 def machine() -> Dict:
     """What the figures were measured on."""
     import torch
@@ -1073,10 +1082,7 @@ def run(args: argparse.Namespace) -> Dict:
         try:
             report['families'].append(run_family(family, args, root))
         except Exception as err:  # noqa: BLE001 -- reported in the row
-            import traceback
-            traceback.print_exc(file=sys.stderr)
-            message = f'{type(err).__name__}: {err}'.replace('\n', ' ')
-            report['families'].append(dict(family=family, error=message[:300]))
+            report['families'].append(failed_family(family, err))
         report['load_average_end'] = list(os.getloadavg())
         if args.json:  # a run cut short keeps the families done
             with open(args.json, 'w') as f:

@@ -144,7 +144,7 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
                     and self.end_of_epoch(loader, batch_idx + whole)):
                 return True
         return (self.every_n_inner_iters(batch_idx, most)
-                or self.end_of_epoch(runner.train_dataloader, batch_idx)
+                or self.end_of_epoch(loader, batch_idx)
                 or len(self._pending) >= most)
 
     def after_train_iter(self,
