@@ -10,7 +10,7 @@ from mmengine.registry import METRICS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS
 
 from .compile import CompileHook
 from .hooks import AtomicCheckpointHook, WorkDirGuardHook
-from .lazy_log import LazyRuntimeInfoHook
+from .lazy_log import LazyRuntimeInfoHook, log_clip_lazily, log_scalar
 from .param_groups import LaPEOptimWrapperConstructor
 from .schedulers import LaPEDeiTCosineLR, deit_epoch_lr
 from .strategies import LaPEFSDPStrategy
@@ -20,7 +20,7 @@ __all__ = [
     'LaPEAccuracy', 'LaPEClsDataPreprocessor', 'LaPEExponentialMovingAverage',
     'LaPEFSDPStrategy', 'LaPELayerDecayOptimWrapperConstructor',
     'LaPEDeiTCosineLR', 'LaPEOptimWrapperConstructor', 'LazyRuntimeInfoHook',
-    'WorkDirGuardHook', 'deit_epoch_lr'
+    'WorkDirGuardHook', 'deit_epoch_lr', 'log_clip_lazily', 'log_scalar'
 ]
 
 

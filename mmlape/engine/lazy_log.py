@@ -35,19 +35,30 @@ than its interval): two reads every ``interval`` iterations.
 Only a hook that reads the training values from the message hub between
 two logs sees them up to the last hand-over; it can call
 :meth:`LazyRuntimeInfoHook.flush` first.
+
+A value that the step itself puts into the message hub (mmengine's
+optimizer wrappers log the gradient norm they clip to with ``float``,
+which waits for the step as ``.item()`` does) goes through
+:func:`log_scalar` instead: kept with the iteration's values where a
+:class:`LazyRuntimeInfoHook` trains with that message hub, put into the
+hub at once otherwise. :func:`log_clip_lazily` makes an optimizer
+wrapper's gradient clipping log its norm that way; mmlape's optimizer
+wrapper constructors do so for every wrapper they build.
 """
+import weakref
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from mmengine.hooks import LoggerHook, RuntimeInfoHook
+from mmengine.logging import MessageHub
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.utils import apply_to
 
 from mmlape.registry import HOOKS
 from mmlape.utils.errors import ConfigError, InputError
 
-__all__ = ['LazyRuntimeInfoHook']
+__all__ = ['LazyRuntimeInfoHook', 'log_clip_lazily', 'log_scalar']
 
 #: The most iterations kept by default (a run without a ``LoggerHook``, or
 #: one that logs less often): one read in 100 steps costs nothing, and what
@@ -56,6 +67,61 @@ MAX_INTERVAL = 100
 
 #: A kept value's place: ``(device, dtype)`` of its stack.
 _Group = Tuple[torch.device, torch.dtype]
+
+#: The hook that keeps the values of each message hub's training run.
+_KEEPERS: 'weakref.WeakKeyDictionary[MessageHub, LazyRuntimeInfoHook]' = \
+    weakref.WeakKeyDictionary()
+
+
+def _scalar(key: str, value: torch.Tensor) -> torch.Tensor:
+    """``value`` as a 0-d tensor without its graph; a tensor of more than
+    one value is named at once."""
+    if value.numel() != 1:
+        raise InputError(
+            f'the training step logged {key!r} as a tensor of shape '
+            f'{tuple(value.shape)}; the message hub takes one number a key '
+            f'(reduce it, e.g. with .mean(), before logging it)')
+    return value.detach().reshape(())
+
+
+def log_scalar(message_hub: MessageHub, key: str, value: torch.Tensor) -> None:
+    """Put ``value`` (a one-value tensor) into ``message_hub`` as ``key``.
+
+    Where a :class:`LazyRuntimeInfoHook` is training with this message hub,
+    the value stays on the device, kept with the iteration's logged values
+    (before them, as mmengine logs a value of the step before the step's
+    outputs), and reaches the hub with them. Otherwise it goes in at once,
+    as ``float(value)``.
+    """
+    keeper = _KEEPERS.get(message_hub)
+    if keeper is not None:
+        keeper._step.append((key, _scalar(key, value)))
+    else:
+        message_hub.update_scalar(key, float(value))
+
+
+def log_clip_lazily(optim_wrapper) -> None:
+    """Make ``optim_wrapper``'s gradient clipping log the norm with
+    :func:`log_scalar`.
+
+    mmengine's ``OptimWrapper._clip_grad`` (``AmpOptimWrapper``'s too) logs
+    what its clipping function returns with ``float``, on every step, and
+    logs nothing when it returns ``None`` (as ``clip_grad_value_`` does).
+    The clipping function becomes one that clips with ``clip_grad_norm_``
+    as before, logs the norm through :func:`log_scalar` under mmengine's
+    key and returns ``None``. A wrapper that clips by value, or does not
+    clip, is left as it is.
+    """
+    clip = getattr(optim_wrapper, 'clip_func', None)
+    if (not getattr(optim_wrapper, 'clip_grad_kwargs', None)
+            or clip is not torch.nn.utils.clip_grad_norm_):
+        return
+    key = f'train/{optim_wrapper.grad_name}'
+
+    def clip_grad_norm_and_log(params, **kwargs) -> None:
+        log_scalar(optim_wrapper.message_hub, key, clip(params, **kwargs))
+
+    optim_wrapper.clip_func = clip_grad_norm_and_log
 
 
 class _OnDevice:
@@ -92,6 +158,8 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         self.interval = interval
         self._pending: List[Tuple[List[Tuple[str, Any]],
                                   Dict[_Group, torch.Tensor]]] = []
+        # what the running step logged through log_scalar: (key, value)
+        self._step: List[Tuple[str, torch.Tensor]] = []
         self._schedule: Optional[Tuple[List[Tuple[int, int, bool]], int,
                                        int]] = None
 
@@ -121,15 +189,15 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
-        self._pending = []
+        self._pending, self._step = [], []
         self._schedule = self._plan(runner)
+        _KEEPERS[runner.message_hub] = self
 
-    def _due(self, runner, batch_idx: int, outputs) -> bool:
+    def _due(self, runner, batch_idx: int, keys: List[str]) -> bool:
         if self._schedule is None:
             self._schedule = self._plan(runner)
         logs, whole, most = self._schedule
-        if outputs and any(f'train/{key}' not in runner.message_hub.log_scalars
-                           for key in outputs):
+        if any(key not in runner.message_hub.log_scalars for key in keys):
             return True  # a new key: it takes its place in mmengine's order
         loader = runner.train_dataloader
         for every, window, logs_last in logs:
@@ -152,23 +220,21 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
                          batch_idx: int,
                          data_batch: Any = None,
                          outputs: Optional[Dict[str, Any]] = None) -> None:
-        """Keep this iteration's ``outputs``; hand everything kept to the
-        message hub when something will read it (the module's
-        docstring)."""
-        if outputs is not None:
+        """Keep this iteration's ``outputs``, after what the step logged
+        through :func:`log_scalar`; hand everything kept to the message hub
+        when something will read it (the module's docstring)."""
+        logged, self._step = self._step, []
+        for key, value in (outputs or {}).items():
+            if isinstance(value, torch.Tensor):
+                value = _scalar(key, value)
+            logged.append((f'train/{key}', value))
+        if logged:
             kept: List[Tuple[str, Any]] = []
             values: Dict[_Group, List[torch.Tensor]] = OrderedDict()
-            for key, value in outputs.items():
+            for key, value in logged:
                 if isinstance(value, torch.Tensor):
-                    if value.numel() != 1:
-                        raise InputError(
-                            f'the training step logged {key!r} as a tensor '
-                            f'of shape {tuple(value.shape)}; the message '
-                            f'hub takes one number a key (reduce it, e.g. '
-                            f'with .mean(), before logging it)')
                     group = (value.device, value.dtype)
-                    values.setdefault(group, []).append(value.detach().reshape(
-                        ()))
+                    values.setdefault(group, []).append(value)
                     value = _OnDevice(group)
                 kept.append((key, value))
             # a copy: what the step's tensors hold later (memory reused by
@@ -177,7 +243,7 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
                 g: torch.stack(v)
                 for g, v in values.items()
             }))
-        if self._due(runner, batch_idx, outputs):
+        if self._due(runner, batch_idx, [key for key, _ in logged]):
             self.flush(runner)
 
     def after_train_epoch(self, runner) -> None:
@@ -189,6 +255,8 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
 
     def after_train(self, runner) -> None:
         self.flush(runner)
+        if _KEEPERS.get(runner.message_hub) is self:
+            del _KEEPERS[runner.message_hub]
         super().after_train(runner)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
@@ -226,7 +294,7 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
             for key, value in kept:
                 if isinstance(value, _OnDevice):
                     value = next(numbers[value.group])
-                hub.update_scalar(f'train/{key}', value)
+                hub.update_scalar(key, value)
 
 
 HOOKS.register_module(module=LazyRuntimeInfoHook)

@@ -12,10 +12,12 @@ backbone the full learning rate.
 from typing import Callable, List, Optional
 
 import torch.nn as nn
+from mmengine.optim import OptimWrapper
 from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
 
 from mmlape.models.checkpoint import BACKBONE_PREFIX
+from .lazy_log import log_clip_lazily
 
 __all__ = ['LaPELayerDecayOptimWrapperConstructor']
 
@@ -51,3 +53,9 @@ class LaPELayerDecayOptimWrapperConstructor(
                 return backbone.get_layer_depth(name, prefix=BACKBONE_PREFIX)
 
         super().add_params(params, module, prefix, get_layer_depth, **kwargs)
+
+    def __call__(self, model: nn.Module) -> OptimWrapper:
+        wrapper = super().__call__(model)
+        # the clipped gradient's norm is logged without waiting for the step
+        log_clip_lazily(wrapper)
+        return wrapper

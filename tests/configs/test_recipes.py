@@ -595,6 +595,46 @@ def test_fused_adamw_step_equals_the_unfused_one(config):
         assert not torch.equal(a, start[name]), name
 
 
+def test_clipped_norms_are_logged_without_waiting_for_the_step():
+    """Every config that clips its gradients by norm (Swin's recipe, at 5)
+    builds an optimizer wrapper that logs the norm through
+    ``log_scalar`` (kept on the device with the step's logged values, see
+    tests/engine/test_lazy_log.py), and clips as mmengine's does; the
+    layer-decay constructor's wrapper as well."""
+    from mmengine.optim import OptimWrapper
+    clipping = [
+        p for p in ALL_CONFIGS
+        if (load(p).optim_wrapper.get('clip_grad') or {}).get('max_norm')
+    ]
+    assert clipping and all('swin' in p for p in clipping), clipping
+    upernet = osp.join(
+        ROOT, 'configs', 'vit_adapter',
+        'upernet_vit-adapter-tiny-lape_8xb2-160k_ade20k-'
+        '512x512.py')
+    for path in clipping + [upernet]:
+        cfg = load(path)
+        cfg.optim_wrapper.clip_grad = dict(max_norm=5.0)
+        if path == upernet:
+            model, wrapper = tiny_model(path, cfg)
+        else:
+            model = torch.nn.Linear(8, 4)
+            with DefaultScope.overwrite_default_scope(cfg.default_scope):
+                wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+        assert isinstance(wrapper, OptimWrapper), path
+        assert wrapper.clip_func.__name__ == 'clip_grad_norm_and_log', path
+        params = [
+            p for g in wrapper.optimizer.param_groups for p in g['params']
+        ]
+        for p in params:
+            p.grad = torch.full_like(p, 10.)
+        wrapper.step()
+        norm = wrapper.message_hub.log_scalars['train/grad_norm'].current()
+        grads = torch.cat([p.grad.flatten() for p in params])
+        assert norm == pytest.approx(10. * grads.numel()**0.5), path
+        assert grads.double().norm().item() == pytest.approx(5.0, rel=1e-5), \
+            path
+
+
 def test_fused_flag_is_dropped_where_torch_has_no_kernel():
     from mmlape.engine.runner_setup import fit_fused_optimizer
     cfg = Config(

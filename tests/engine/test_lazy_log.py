@@ -64,10 +64,18 @@ class MarkIterations(Hook):
         self.counter.iteration = None
 
 
-def demo_cfg(data, work_dir, runtime_info, iters=7, log_every=3, ckpt_every=5):
+def demo_cfg(data,
+             work_dir,
+             runtime_info,
+             iters=7,
+             log_every=3,
+             ckpt_every=5,
+             clip_grad=None):
     """The demo config on the GPU configs' path (the stacked batch, mmlape's
     preprocessor with DeiT's Mixup and CutMix), tiny."""
     cfg = Config.fromfile(DEMO)
+    if clip_grad is not None:
+        cfg.optim_wrapper.clip_grad = clip_grad
     for split in ('train', 'val', 'test'):
         cfg[f'{split}_dataloader'].dataset.data_root = data
         cfg[f'{split}_dataloader'].collate_fn = dict(type='default_collate')
@@ -139,14 +147,26 @@ def scalars(hub_state):
     }
 
 
-@pytest.fixture(scope='module')
-def both_runs(pos_shapes_data, tmp_path_factory):
+def run_both(data, tmp_path_factory, **kwargs):
     runs = {}
     for hook in ('RuntimeInfoHook', 'LazyRuntimeInfoHook'):
         work = str(tmp_path_factory.mktemp(hook))
-        runner, counter = train(demo_cfg(pos_shapes_data, work, hook))
+        runner, counter = train(demo_cfg(data, work, hook, **kwargs))
         runs[hook] = SimpleNamespace(runner=runner, counter=counter, work=work)
     return runs
+
+
+@pytest.fixture(scope='module')
+def both_runs(pos_shapes_data, tmp_path_factory):
+    return run_both(pos_shapes_data, tmp_path_factory)
+
+
+@pytest.fixture(scope='module')
+def clipped_runs(pos_shapes_data, tmp_path_factory):
+    """Gradient clipping, as Swin's recipe has it (a norm the demo's
+    gradients exceed, so that it clips)."""
+    return run_both(
+        pos_shapes_data, tmp_path_factory, clip_grad=dict(max_norm=0.05))
 
 
 def test_the_message_hub_and_the_log_are_mmengines(both_runs):
@@ -196,6 +216,42 @@ def test_steps_between_logs_read_nothing_from_the_device(both_runs):
         assert lazy[i] == ['tolist'], (i, lazy[i])
     # the last (6) is saved, then validates: its reads follow the hand-over
     assert lazy[6][0] == 'tolist'
+
+
+def test_a_clipped_norm_is_logged_as_mmengine_logs_it(clipped_runs):
+    """mmengine's optimizer wrapper logs the norm it clips to with
+    ``float`` on every step; kept with the step's values, it reaches the
+    message hub, the log and the checkpoints the same, and the steps
+    between logs read nothing."""
+    eager = clipped_runs['RuntimeInfoHook']
+    lazy = clipped_runs['LazyRuntimeInfoHook']
+    got = scalars(lazy.runner.message_hub.state_dict())
+    want = scalars(eager.runner.message_hub.state_dict())
+    assert got == want
+    assert list(got) == list(want)
+    assert list(got)[:4] == [
+        'train/base_lr', 'train/lr', 'train/grad_norm', 'train/loss'
+    ]
+    norms = got['train/grad_norm'][0]
+    assert len(norms) == 7 and min(norms) > 0.05  # it clipped, every step
+    lines = train_lines(lazy.work)
+    assert lines == train_lines(eager.work) and len(lines) == 2
+    assert all(' grad_norm: ' in line for line in lines)
+    assert scalars(
+        safe_torch_load(osp.join(lazy.work, 'iter_5.pth'))['message_hub']) \
+        == scalars(
+            safe_torch_load(osp.join(eager.work, 'iter_5.pth'))['message_hub'])
+    reads = eager.counter.reads
+    assert all(reads[i].count('__float__') == 1 for i in range(7))
+    reads = lazy.counter.reads
+    for i in (1, 3):
+        assert reads[i] == [], (i, reads[i])
+    for i in (0, 2, 4, 5):
+        assert reads[i] == ['tolist'], (i, reads[i])
+    # the parameters: clipped as before
+    for (name, a), b in zip(lazy.runner.model.named_parameters(),
+                            eager.runner.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
 class FakeLoader(list):
@@ -436,3 +492,98 @@ def test_the_hook_is_found_from_every_host_scope():
             hook = HOOKS.build(dict(type='LazyRuntimeInfoHook'))
         assert isinstance(hook, LazyRuntimeInfoHook), scope
     copy.deepcopy(hook)
+
+
+# ----------------------------------------------------------------------
+# values the step logs itself: log_scalar, log_clip_lazily
+
+
+def clipped_wrapper(wrapper_type='OptimWrapper', lazy=True, **clip):
+    from mmengine.registry import OPTIM_WRAPPERS
+
+    from mmlape.engine import log_clip_lazily
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    wrapper = OPTIM_WRAPPERS.build(
+        dict(
+            type=wrapper_type,
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            clip_grad=clip or None))
+    if lazy:
+        log_clip_lazily(wrapper)
+    return model, wrapper
+
+
+def clipped_step(model, wrapper):
+    x = torch.arange(8.).reshape(2, 4)
+    wrapper.update_params(model(x).pow(2).sum())
+
+
+@pytest.mark.parametrize('wrapper_type', ['OptimWrapper', 'AmpOptimWrapper'])
+def test_a_lazy_clip_clips_and_logs_as_mmengines(wrapper_type, monkeypatch):
+    """Without a lazy hook the norm goes into the hub at once, as
+    mmengine's ``float``; the parameters are clipped the same."""
+    from mmengine.optim.optimizer import amp_optimizer_wrapper
+    monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available',
+                        lambda: True)  # (its GradScaler is off on a CPU)
+    MessageHub.get_instance('test_lazy_clip_mmengine')
+    hub = MessageHub.get_current_instance()
+    runs = {}
+    for lazy in (False, True):
+        model, wrapper = clipped_wrapper(wrapper_type, lazy, max_norm=1.0)
+        assert (wrapper.clip_func is torch.nn.utils.clip_grad_norm_) != lazy
+        clipped_step(model, wrapper)
+        norms = hub.log_scalars['train/grad_norm'].data[0].tolist()
+        runs[lazy] = (norms[-1],
+                      [p.detach().clone() for p in model.parameters()])
+    assert runs[True][0] == runs[False][0] > 1.0
+    for a, b in zip(runs[True][1], runs[False][1]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_lazy_clip_is_kept_while_the_hook_trains():
+    hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner(
+        name='test_lazy_clip_kept')
+    hook.before_train(runner)
+    model, wrapper = clipped_wrapper(max_norm=1.0)
+    wrapper.message_hub = runner.message_hub
+    assert wrapper.clip_func is not torch.nn.utils.clip_grad_norm_
+    norms = []
+    for i in range(3):
+        runner.iter = i
+        with ReadCounter() as counter:
+            counter.iteration = i
+            clipped_step(model, wrapper)
+        assert counter.reads == {}  # nothing read during the step
+        norms.append(hook._step[-1][1].item())
+        hook.after_train_iter(runner, i, outputs=dict(loss=torch.tensor(i)))
+    # iteration 0 brought new keys (handed over); 1 and 2 are kept
+    hub = runner.message_hub
+    assert list(hub.log_scalars) == ['train/grad_norm', 'train/loss']
+    assert len(hub.log_scalars['train/grad_norm'].data[0]) == 1
+    hook.after_train(runner)
+    assert hub.log_scalars['train/grad_norm'].data[0].tolist() == \
+        pytest.approx(norms, rel=0, abs=0)
+    assert hub.log_scalars['train/loss'].data[0].tolist() == [0, 1, 2]
+    # after training, what the step logs goes in at once again
+    clipped_step(model, wrapper)
+    assert len(hub.log_scalars['train/grad_norm'].data[0]) == 4
+
+
+def test_a_value_clip_and_no_clip_are_left_alone():
+    _, by_value = clipped_wrapper(type='value', clip_value=1.0)
+    assert by_value.clip_func is torch.nn.utils.clip_grad_value_
+    _, none = clipped_wrapper()
+    assert not none.clip_grad_kwargs
+    assert getattr(none, 'clip_func', None) is None
+
+
+def test_log_scalar_names_a_non_scalar_at_once():
+    from mmlape.engine import log_scalar
+    hook, runner = LazyRuntimeInfoHook(), fake_runner(
+        name='test_lazy_log_scalar')
+    hook.before_train(runner)
+    with pytest.raises(
+            InputError, match=r"'train/grad_norm' as a tensor "
+            r'of shape \(3,\)'):
+        log_scalar(runner.message_hub, 'train/grad_norm', torch.ones(3))
