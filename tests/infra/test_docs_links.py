@@ -8,9 +8,9 @@ import re
 import pytest
 from conftest import ROOT
 
-DOCS = sorted(
-    [osp.join(ROOT, 'README.md')] + glob.glob(osp.join(ROOT, 'docs', '*.md')) +
-    glob.glob(osp.join(ROOT, 'configs', '*', 'README.md')))
+DOCS = sorted([osp.join(ROOT, 'README.md')] +
+              glob.glob(osp.join(ROOT, 'docs', '*.md')) +
+              glob.glob(osp.join(ROOT, 'configs', '*', 'README.md')))
 #: ``[text](target)``, outside code spans
 LINK = re.compile(r'\]\(([^)\s]+)\)')
 
