@@ -36,14 +36,16 @@ Only a hook that reads the training values from the message hub between
 two logs sees them up to the last hand-over; it can call
 :meth:`LazyRuntimeInfoHook.flush` first.
 
-A value that the step itself puts into the message hub (mmengine's
-optimizer wrappers log the gradient norm they clip to with ``float``,
-which waits for the step as ``.item()`` does) goes through
-:func:`log_scalar` instead: kept with the iteration's values where a
-:class:`LazyRuntimeInfoHook` trains with that message hub, put into the
-hub at once otherwise. :func:`log_clip_lazily` makes an optimizer
-wrapper's gradient clipping log its norm that way; mmlape's optimizer
-wrapper constructors do so for every wrapper they build.
+A value that the optimizer wrapper puts into the message hub during the
+step (mmengine's log the gradient norm they clip to with ``float``, which
+waits for the step as ``.item()`` does) goes through :func:`log_scalar`
+instead: kept with the iteration's values while a
+:class:`LazyRuntimeInfoHook` trains with that wrapper (from its
+``before_train`` to its ``after_train``), put into the wrapper's message
+hub at once otherwise (a wrapper used outside such a run, or one whose
+run ended in an error). :func:`log_clip_lazily` makes a wrapper's
+gradient clipping log its norm that way; mmlape's optimizer wrapper
+constructors do so for every wrapper they build.
 """
 import weakref
 from collections import OrderedDict
@@ -51,7 +53,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from mmengine.hooks import LoggerHook, RuntimeInfoHook
-from mmengine.logging import MessageHub
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.utils import apply_to
 
@@ -68,9 +69,18 @@ MAX_INTERVAL = 100
 #: A kept value's place: ``(device, dtype)`` of its stack.
 _Group = Tuple[torch.device, torch.dtype]
 
-#: The hook that keeps the values of each message hub's training run.
-_KEEPERS: 'weakref.WeakKeyDictionary[MessageHub, LazyRuntimeInfoHook]' = \
+#: The hook that keeps what each optimizer wrapper logs while it trains.
+_KEEPERS: 'weakref.WeakKeyDictionary[Any, LazyRuntimeInfoHook]' = \
     weakref.WeakKeyDictionary()
+
+
+def _optim_wrappers(runner) -> List[Any]:
+    """The runner's optimizer wrappers (each of an ``OptimWrapperDict``)."""
+    wrapper = getattr(runner, 'optim_wrapper', None)
+    if wrapper is None or isinstance(wrapper, dict):  # not built: a config
+        return []
+    inner = getattr(wrapper, 'optim_wrappers', None)  # OptimWrapperDict
+    return list(inner.values()) if isinstance(inner, dict) else [wrapper]
 
 
 def _scalar(key: str, value: torch.Tensor) -> torch.Tensor:
@@ -84,20 +94,22 @@ def _scalar(key: str, value: torch.Tensor) -> torch.Tensor:
     return value.detach().reshape(())
 
 
-def log_scalar(message_hub: MessageHub, key: str, value: torch.Tensor) -> None:
-    """Put ``value`` (a one-value tensor) into ``message_hub`` as ``key``.
+def log_scalar(optim_wrapper, key: str, value: torch.Tensor) -> None:
+    """Log ``value`` (a one-value tensor) that ``optim_wrapper`` logs
+    during a training step as ``key`` in its message hub.
 
-    Where a :class:`LazyRuntimeInfoHook` is training with this message hub,
+    While a :class:`LazyRuntimeInfoHook` trains with ``optim_wrapper``,
     the value stays on the device, kept with the iteration's logged values
-    (before them, as mmengine logs a value of the step before the step's
-    outputs), and reaches the hub with them. Otherwise it goes in at once,
-    as ``float(value)``.
+    (before them, as mmengine's wrapper logs during the step, before the
+    step's outputs), and reaches the hub with them. Otherwise it goes into
+    ``optim_wrapper.message_hub`` at once, as ``float(value)``.
     """
-    keeper = _KEEPERS.get(message_hub)
+    keeper = _KEEPERS.get(optim_wrapper)
     if keeper is not None:
         keeper._step.append((key, _scalar(key, value)))
     else:
-        message_hub.update_scalar(key, float(value))
+        optim_wrapper.message_hub.update_scalar(key,
+                                                float(_scalar(key, value)))
 
 
 def log_clip_lazily(optim_wrapper) -> None:
@@ -119,7 +131,7 @@ def log_clip_lazily(optim_wrapper) -> None:
     key = f'train/{optim_wrapper.grad_name}'
 
     def clip_grad_norm_and_log(params, **kwargs) -> None:
-        log_scalar(optim_wrapper.message_hub, key, clip(params, **kwargs))
+        log_scalar(optim_wrapper, key, clip(params, **kwargs))
 
     optim_wrapper.clip_func = clip_grad_norm_and_log
 
@@ -191,7 +203,8 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         super().before_train(runner)
         self._pending, self._step = [], []
         self._schedule = self._plan(runner)
-        _KEEPERS[runner.message_hub] = self
+        for wrapper in _optim_wrappers(runner):
+            _KEEPERS[wrapper] = self
 
     def _due(self, runner, batch_idx: int, keys: List[str]) -> bool:
         if self._schedule is None:
@@ -255,8 +268,9 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
 
     def after_train(self, runner) -> None:
         self.flush(runner)
-        if _KEEPERS.get(runner.message_hub) is self:
-            del _KEEPERS[runner.message_hub]
+        for wrapper in _optim_wrappers(runner):
+            if _KEEPERS.get(wrapper) is self:
+                del _KEEPERS[wrapper]
         super().after_train(runner)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:

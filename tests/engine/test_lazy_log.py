@@ -544,9 +544,10 @@ def test_a_lazy_clip_clips_and_logs_as_mmengines(wrapper_type, monkeypatch):
 def test_a_lazy_clip_is_kept_while_the_hook_trains():
     hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner(
         name='test_lazy_clip_kept')
-    hook.before_train(runner)
     model, wrapper = clipped_wrapper(max_norm=1.0)
     wrapper.message_hub = runner.message_hub
+    runner.optim_wrapper = wrapper
+    hook.before_train(runner)
     assert wrapper.clip_func is not torch.nn.utils.clip_grad_norm_
     norms = []
     for i in range(3):
@@ -570,6 +571,32 @@ def test_a_lazy_clip_is_kept_while_the_hook_trains():
     assert len(hub.log_scalars['train/grad_norm'].data[0]) == 4
 
 
+def test_a_run_that_ended_in_an_error_keeps_no_other_wrappers_values():
+    """A run whose training raised never reaches ``after_train``: its hook
+    still keeps what its own wrapper logs, and nothing of another wrapper
+    (built later, on the same message hub), whose values go in at once."""
+    from mmengine.optim import OptimWrapperDict
+
+    from mmlape.engine.lazy_log import _optim_wrappers
+    hook, runner = LazyRuntimeInfoHook(), fake_runner(
+        name='test_lazy_clip_error')
+    _, crashed = clipped_wrapper(max_norm=1.0)
+    crashed.message_hub = runner.message_hub
+    runner.optim_wrapper = crashed
+    hook.before_train(runner)  # ... and the run raises: no after_train
+    model, later = clipped_wrapper(max_norm=1.0)
+    later.message_hub = runner.message_hub
+    clipped_step(model, later)
+    assert len(runner.message_hub.log_scalars['train/grad_norm'].data[0]) \
+        == 1
+    assert hook._step == []
+    # every wrapper of an OptimWrapperDict is the run's
+    both = OptimWrapperDict(a=crashed, b=later)
+    assert _optim_wrappers(
+        SimpleNamespace(optim_wrapper=both)) == [crashed, later]
+    assert _optim_wrappers(SimpleNamespace(optim_wrapper=dict(a=1))) == []
+
+
 def test_a_value_clip_and_no_clip_are_left_alone():
     _, by_value = clipped_wrapper(type='value', clip_value=1.0)
     assert by_value.clip_func is torch.nn.utils.clip_grad_value_
@@ -578,12 +605,17 @@ def test_a_value_clip_and_no_clip_are_left_alone():
     assert getattr(none, 'clip_func', None) is None
 
 
-def test_log_scalar_names_a_non_scalar_at_once():
+@pytest.mark.parametrize('training', [True, False])
+def test_log_scalar_names_a_non_scalar_at_once(training):
     from mmlape.engine import log_scalar
     hook, runner = LazyRuntimeInfoHook(), fake_runner(
         name='test_lazy_log_scalar')
-    hook.before_train(runner)
+    _, wrapper = clipped_wrapper(max_norm=1.0)
+    wrapper.message_hub = runner.message_hub
+    runner.optim_wrapper = wrapper
+    if training:
+        hook.before_train(runner)
     with pytest.raises(
             InputError, match=r"'train/grad_norm' as a tensor "
             r'of shape \(3,\)'):
-        log_scalar(runner.message_hub, 'train/grad_norm', torch.ones(3))
+        log_scalar(wrapper, 'train/grad_norm', torch.ones(3))
