@@ -90,13 +90,32 @@ from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
 
 #: The families: the LaPE config (DeiT-Ti and DeiT-B for ImageNet), the
 #: data format, the config's scope. The small model of ``--tiny`` is the
-#: dense tests' (``small_dense``) and the 64-dim ViT of
-#: ``bench_gpu.py --tiny``.
+#: dense tests' (``small_dense``), the 64-dim ViT of ``bench_gpu.py
+#: --tiny`` or, where a family names one, its ``tiny_model``; ``run``:
+#: more config entries of every run.
 FAMILIES = {
     'deit':
     dict(config='configs/deit/deit-tiny-lape_4xb256_in1k.py', data='imagenet'),
     'deit-base':
     dict(config='configs/deit/deit-base-lape_4xb256_in1k.py', data='imagenet'),
+    # Swin-T: its recipe clips the gradient norm (bench_syncs.py)
+    'swin':
+    dict(
+        config='configs/swin/swin-tiny-lape_16xb64_in1k.py',
+        data='imagenet',
+        tiny_model=dict(
+            backbone=dict(arch='test-tiny'), head=dict(in_channels=128)),
+        # the recipe's cosine over the run's one epoch (its 20 warm-up
+        # epochs would begin after it)
+        run=dict(param_scheduler=[
+            dict(
+                type='CosineAnnealingLR',
+                eta_min=1e-5,
+                by_epoch=True,
+                begin=0,
+                end=1,
+                convert_to_iter_based=True)
+        ])),
     'mask-rcnn':
     dict(
         config='configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_'
@@ -124,6 +143,8 @@ COCO_MAX_OBJECTS = 14
 #: The 64-dim ViT of ``--tiny`` (``bench_gpu.py``'s).
 TINY_ARCH = dict(
     embed_dims=64, num_layers=4, num_heads=2, feedforward_channels=256)
+#: The families measured unless ``--families`` names others.
+DEFAULT_FAMILIES = ('deit', 'deit-base', 'mask-rcnn', 'upernet', 'segmenter')
 #: The measurements.
 PARTS = ('loader', 'model', 'train')
 #: What the markdown table shows, in order.
@@ -301,7 +322,7 @@ def overrides(family: str,
             dataset=one_epoch(base['dataset'], data_root, times))
         over['train_cfg'] = dict(max_epochs=1)
         if tiny:
-            over['model'] = dict(
+            over['model'] = FAMILIES[family].get('tiny_model') or dict(
                 backbone=dict(arch=dict(TINY_ARCH, _delete_=True)),
                 head=dict(in_channels=TINY_ARCH['embed_dims']))
     elif family == 'mask-rcnn':
@@ -329,6 +350,7 @@ def overrides(family: str,
             by_epoch=False, save_best=None)
         over['train_cfg'] = dict(max_iters=iters, val_interval=iters)
     over['train_dataloader'].update(loader_workers)
+    over.update(FAMILIES[family].get('run', {}))
     return over
 
 
@@ -939,8 +961,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         '--families',
         type=families,
-        default=list(FAMILIES),
-        help=f'comma-separated, from {",".join(FAMILIES)} (default: all)')
+        default=list(DEFAULT_FAMILIES),
+        help=f'comma-separated, from {",".join(FAMILIES)} (default: '
+        f'{",".join(DEFAULT_FAMILIES)})')
     parser.add_argument(
         '--parts',
         type=parts,

@@ -44,7 +44,8 @@
 #                testpath/)
 #                and `syncs` (benchmarks/bench_syncs.py --amp: the training
 #                loop's CUDA synchronisations per iteration on DeiT-Ti's
-#                config, with its LazyRuntimeInfoHook and with mmengine's
+#                and Swin-T's configs (Swin's recipe clips the gradient
+#                norm), with their LazyRuntimeInfoHook and with mmengine's
 #                RuntimeInfoHook; its table in syncs/)
 #                (default: syncs host trainpath testpath kernels deit
 #                compile dist adapter segmenter msda)
@@ -134,10 +135,12 @@ kernels() {
 
 syncs() {
     # the training loop's synchronisations per iteration (the config's
-    # runtime_info hook against mmengine's), DeiT-Ti's config, --amp
+    # runtime_info hook against mmengine's), DeiT-Ti's and Swin-T's
+    # configs, --amp
     local y=$DIR/syncs
     mkdir -p "$y"
-    "$PY" benchmarks/bench_syncs.py --amp --work-root "$y/work" \
+    "$PY" benchmarks/bench_syncs.py --amp --families deit,swin \
+        --work-root "$y/work" \
         --out "$y/syncs.md" --json "$y/syncs.json" &&
         cp "$y/syncs.json" "$DIR/syncs.done" ||
         echo "[acceptance] syncs: bench_syncs.py failed"

@@ -24,13 +24,21 @@ def test_command_line():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('family,reads', [('deit', {
+    'item': 12
+}), ('swin', {
+    'item': 12,
+    '__float__': 12
+})])
 def test_between_hand_overs_the_config_reads_nothing(tmp_path,
-                                                     fresh_default_scope):
+                                                     fresh_default_scope,
+                                                     family, reads):
     """The config's hook reads on the first iteration, the logged ones (5,
-    10) and the epoch's last (12); mmengine's on every one."""
+    10) and the epoch's last (12); mmengine's on every one: the losses and,
+    in Swin's recipe, which clips, the gradient norm."""
     out = tmp_path / 'report.json'
     code = bench.main([
-        '--tiny', '--work-root',
+        '--tiny', '--families', family, '--work-root',
         str(tmp_path), '--json',
         str(out), '--out',
         str(tmp_path / 'report.md')
@@ -45,8 +53,8 @@ def test_between_hand_overs_the_config_reads_nothing(tmp_path,
             if n] == [0, 4, 9, 11]
     assert set(lazy['reads_per_iteration']) == {0, 1}
     assert lazy['what'] == {'tolist': 4}
-    assert eager['reads_per_iteration'] == [1] * 12
-    assert eager['what'] == {'item': 12}
+    assert eager['reads_per_iteration'] == [len(reads)] * 12
+    assert eager['what'] == reads
     table = (tmp_path / 'report.md').read_text()
-    assert '| deit | 2 | LazyRuntimeInfoHook | 12 (log every 5) | ' \
+    assert f'| {family} | 2 | LazyRuntimeInfoHook | 12 (log every 5) | ' \
         '1 0 0 0 1 0 0 0 0 1 0 1 | 8 |' in table
