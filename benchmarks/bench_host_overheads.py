@@ -53,7 +53,6 @@ Example:
 """
 import argparse
 import copy
-import json
 import logging
 import os.path as osp
 import pickle
@@ -64,6 +63,7 @@ from typing import Dict, List
 import torch
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+from report import print_and_save  # noqa: E402
 from timing import fastest  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -686,14 +686,9 @@ def main(argv=None) -> List[Dict]:
                 if args.device.startswith('cuda') else 'CPU'),
         torch=torch.__version__,
         threads=torch.get_num_threads())
-    text = markdown(rows, machine)
-    print(text)
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(dict(machine=machine, rows=rows), f, indent=1)
+    print_and_save(
+        markdown(rows, machine), args.out, args.json,
+        dict(machine=machine, rows=rows))
     return rows
 
 

@@ -30,7 +30,6 @@ Example:
 import argparse
 import collections
 import copy
-import json
 import os.path as osp
 import sys
 import tempfile
@@ -43,6 +42,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
 import bench_train_path as train_path  # noqa: E402
+from report import print_and_save  # noqa: E402
 
 #: The families measured (bench_train_path's classification ones; Swin's
 #: recipe clips the gradient norm, which mmengine logs on every step).
@@ -275,14 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             report['families'].append(measure(family, args, root))
         except Exception as err:  # noqa: BLE001 -- reported in the row
             report['families'].append(train_path.failed_family(family, err))
-    text = markdown(report)
-    print(text)
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(report, f, indent=1)
+    print_and_save(markdown(report), args.out, args.json, report)
     return 1 if any('error' in fam for fam in report['families']) else 0
 
 

@@ -53,6 +53,7 @@ HERE = osp.dirname(osp.abspath(__file__))
 ROOT = osp.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_train_path as train_path  # noqa: E402
+from report import print_and_save  # noqa: E402
 
 FAMILIES = {
     'deit': 'configs/deit/deit-tiny-lape_4xb256_in1k.py',
@@ -366,14 +367,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
             compile=args.compile,
             tiny=args.tiny),
         families=[run_family(f, args, root) for f in args.families])
-    text = markdown(report)
-    print(text)
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(report, f, indent=1)
+    print_and_save(markdown(report), args.out, args.json, report)
     return report
 
 

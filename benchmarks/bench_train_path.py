@@ -86,6 +86,7 @@ ROOT = osp.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
+from report import print_and_save  # noqa: E402
 from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
 
 #: The families: the LaPE config (DeiT-Ti and DeiT-B for ImageNet), the
@@ -1080,11 +1081,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report = run(args)
     finally:
         torch.set_num_threads(threads)
-    text = markdown(report)
-    print(text)
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text)
+    # (the JSON is written as each family ends, by run)
+    print_and_save(markdown(report), args.out)
     return 1 if any('error' in fam for fam in report['families']) else 0
 
 
