@@ -31,7 +31,7 @@ from mmlape.utils.errors import ConfigError, InputError, one_line
 __all__ = [
     'CfgOptionsAction', 'ConfigError', 'InputError', 'ToolParser',
     'UsageError', 'convert_file', 'fail', 'finish', 'int_at_least',
-    'load_config', 'positive_int', 'setup_runner'
+    'load_config', 'positive_int', 'save_checkpoint_file', 'setup_runner'
 ]
 
 #: Errors that building objects from a config raises for a bad config:
@@ -430,14 +430,16 @@ def converter_parser(doc: str, formats, format_help: str, heads,
 
 
 def convert_file(src: str, dst: str, force: bool, convert) -> Optional[dict]:
-    """Read the checkpoint ``src`` safely, convert it, write ``dst``
-    atomically (a kill leaves the old ``dst`` or the new one, never part of
-    one): what every converter under ``tools/convert/`` does.
+    """Read the checkpoint ``src`` safely (a local file or a URL), convert
+    it, write ``dst`` atomically (a kill leaves the old ``dst`` or the new
+    one, never part of one): what every converter under ``tools/convert/``
+    does.
 
     Args:
-        src (str): The checkpoint to convert.
-        dst (str): Where the converted checkpoint goes; refused when it
-            exists unless ``force``.
+        src (str): The checkpoint to convert: a path or a URL (downloaded
+            once to the torch hub cache), ``.pth`` or ``.safetensors``.
+        dst (str): Where the converted checkpoint goes (``.safetensors``:
+            in that format); refused when it exists unless ``force``.
         force (bool): Overwrite an existing ``dst``.
         convert (callable): The loaded checkpoint to the converted one;
             raises ``ValueError`` for one it cannot convert.
@@ -447,28 +449,37 @@ def convert_file(src: str, dst: str, force: bool, convert) -> Optional[dict]:
         (a missing ``src``, an existing ``dst``, a file that is no safe
         checkpoint, or what ``convert`` refused).
     """
-    import io
     import pickle
 
-    import torch
-
-    from mmlape.engine.hooks import atomic_write
-    from mmlape.utils import safe_torch_load
-    if not osp.isfile(src):
-        print(f'error: checkpoint "{src}" does not exist', file=sys.stderr)
-        return None
+    from mmlape.utils.safe_load import load_checkpoint
     if osp.exists(dst) and not force:
         print(
             f'error: "{dst}" exists; pass --force to overwrite it',
             file=sys.stderr)
         return None
     try:
-        ckpt = convert(safe_torch_load(src, 'cpu'))
+        ckpt = convert(load_checkpoint(src, 'cpu'))
     except (ValueError, OSError, pickle.UnpicklingError) as err:
         # CheckpointError and UnsafeCheckpointError are ValueErrors
         print(f'error: {err}', file=sys.stderr)
         return None
+    save_checkpoint_file(ckpt, dst)
+    return ckpt
+
+
+def save_checkpoint_file(ckpt: dict, dst: str) -> None:
+    """Write a checkpoint atomically: ``torch.save``'s format, or
+    safetensors (state dict and ``meta``) where ``dst`` ends with
+    ``.safetensors``."""
+    import io
+
+    import torch
+
+    from mmlape.engine.hooks import atomic_write
+    from mmlape.utils.safetensors_file import safetensors_bytes
+    if dst.endswith('.safetensors'):
+        atomic_write(dst, safetensors_bytes(ckpt))
+        return
     buffer = io.BytesIO()
     torch.save(ckpt, buffer)
     atomic_write(dst, buffer.getbuffer())
-    return ckpt

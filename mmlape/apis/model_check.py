@@ -1,6 +1,5 @@
 """Whether a checkpoint is the model of a run (``--resume``, ``tools/test.py``,
 the analysis tools) or a source it fine-tunes from."""
-import os
 from typing import Any, Optional
 
 import torch
@@ -12,7 +11,7 @@ from mmlape.models.checkpoint.recorded import (another_model,
                                                model_differences,
                                                recorded_backbone)
 from mmlape.utils.errors import CheckpointError
-from mmlape.utils.safe_load import safe_torch_load
+from mmlape.utils.safe_load import load_checkpoint
 
 __all__ = ['check_checkpoint_fits', 'note_finetune_sources']
 
@@ -23,7 +22,7 @@ _ADVICE = ('Use a checkpoint saved with this config (to initialise from '
 
 def _read(filename: str, purpose: str, mmap: bool = False) -> Any:
     try:
-        return safe_torch_load(filename, 'cpu', mmap=mmap)
+        return load_checkpoint(filename, 'cpu', mmap=mmap)
     except CheckpointError as err:
         raise type(err)(f'{purpose}: {err}') from None
 
@@ -56,9 +55,6 @@ def check_checkpoint_fits(model: torch.nn.Module,
             line naming each difference with both values, or the missing,
             unexpected and mismatched keys.
     """
-    if not os.path.isfile(filename):
-        raise CheckpointError(
-            f'{purpose}: checkpoint "{filename}" does not exist')
     ckpt = _read(filename, purpose)
     model = getattr(model, 'module', model)
     recorded = recorded_backbone(ckpt)
@@ -105,8 +101,6 @@ def note_finetune_sources(cfg: Config) -> None:
             and init.get('prefix') in ('backbone.', 'backbone')):
         sources.append(('model.backbone.init_cfg', init['checkpoint']))
     for where, filename in sources:
-        if '://' in str(filename):
-            continue
         recorded = recorded_backbone(_read(filename, where, mmap=True))
         text = '; '.join(
             f'{field} {theirs} there, {ours} here' for field, theirs, ours in (

@@ -1,11 +1,15 @@
-"""Safe loading of OpenMMLab checkpoints on torch >= 2.6.
+"""Safe loading of checkpoints, local or by URL, on torch >= 2.6.
 
+:func:`load_checkpoint` reads any checkpoint source: a local file, an
+``http(s)://`` URL (downloaded once to the torch hub cache,
+:mod:`.download`) or a path of mmengine's other file backends, in the
+PyTorch format or as ``.safetensors`` (:mod:`.safetensors_file`).
 :func:`safe_torch_load` keeps ``weights_only=True`` and allow-lists exactly
 the few non-tensor objects an mmengine checkpoint carries (torch >= 2.6
 would refuse them). Anything else is refused with
 :class:`UnsafeCheckpointError`; a file that is no checkpoint (empty,
-truncated, damaged) with :class:`~mmlape.utils.errors.CheckpointError`,
-before torch reads it.
+truncated, damaged, a plain Python pickle) with
+:class:`~mmlape.utils.errors.CheckpointError`, before torch reads it.
 """
 import argparse
 import os.path as osp
@@ -18,12 +22,18 @@ from typing import Any, List, Optional
 import numpy as np
 import torch
 
+from .download import is_remote, local_copy, remove_cached
 from .errors import CheckpointError, CheckpointNotFoundError
+from .safetensors_file import is_safetensors, load_safetensors
 
 __all__ = [
-    'UnsafeCheckpointError', 'check_checkpoint_file', 'openmmlab_safe_globals',
-    'safe_torch_load'
+    'UnsafeCheckpointError', 'check_checkpoint_file', 'load_checkpoint',
+    'openmmlab_safe_globals', 'safe_torch_load'
 ]
+
+#: How ``torch.save``'s legacy (pre-1.6, non-zip) format begins: its magic
+#: number pickled as a 10-byte long (after the protocol's header).
+_LEGACY_MAGIC = b'\x8a\x0a' + (0x1950a86a20f9469cfc6c).to_bytes(10, 'little')
 
 
 class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
@@ -94,43 +104,87 @@ def _unsafe_globals(filename: str) -> List[str]:
         return []
 
 
-def check_checkpoint_file(filename: str) -> None:
+def check_checkpoint_file(filename: str, name: Optional[str] = None) -> str:
     """Refuse a file that cannot be a checkpoint, before anything reads it.
 
-    A checkpoint is a zip archive or a (pre-1.6) pickle; an interrupted
-    write leaves a zip without its directory, which is written last.
+    A checkpoint is a zip archive (``torch.save``), a legacy ``torch.save``
+    pickle (before torch 1.6) or a safetensors file; an interrupted write
+    leaves a zip without its directory, which is written last.
 
     Args:
         filename (str): Path of the checkpoint file.
+        name (str, optional): How messages name it (its URL). Defaults to
+            ``filename``.
+
+    Returns:
+        str: ``'zip'``, ``'legacy'`` or ``'safetensors'``.
 
     Raises:
         CheckpointNotFoundError: The file does not exist.
-        CheckpointError: The file is empty, truncated, or neither a zip
-            archive nor a pickle; the message names the file and the reason.
+        CheckpointError: The file is empty, truncated, a plain Python
+            pickle, or no checkpoint at all; the message names the file and
+            the reason.
     """
+    name = filename if name is None else name
     if not osp.isfile(filename):
-        raise CheckpointNotFoundError(
-            f'checkpoint "{filename}" does not exist')
+        raise CheckpointNotFoundError(f'checkpoint "{name}" does not exist')
     try:
         with open(filename, 'rb') as f:
-            head = f.read(4)
+            head = f.read(32)
     except OSError as err:
-        raise CheckpointError(f'checkpoint "{filename}" cannot be read: '
+        raise CheckpointError(f'checkpoint "{name}" cannot be read: '
                               f'{err.strerror}') from None
     if not head:
         raise CheckpointError(
-            f'checkpoint "{filename}" cannot be read: the file is empty')
+            f'checkpoint "{name}" cannot be read: the file is empty')
     if zipfile.is_zipfile(filename):
-        return
+        return 'zip'
     if head.startswith(b'PK'):
         raise CheckpointError(
-            f'checkpoint "{filename}" cannot be read: it is truncated or '
+            f'checkpoint "{name}" cannot be read: it is truncated or '
             f'damaged (a zip archive without its end record, as an '
             f'interrupted save or copy leaves it)')
-    if not (head[0] == 0x80 and 2 <= head[1] <= 5):
+    if head[:1] == b'\x80' and _LEGACY_MAGIC in head:
+        return 'legacy'
+    if is_safetensors(filename):
+        return 'safetensors'
+    if head[0] == 0x80 and 2 <= head[1] <= 5:
+        objects = _pickle_globals(filename)
+        if objects:
+            raise UnsafeCheckpointError(
+                f'Refusing to load checkpoint "{name}": it is a plain Python '
+                f'pickle (pickle.dump), not a PyTorch checkpoint, and holds '
+                f'pickled objects ({", ".join(objects)}). mmlape never '
+                f'unpickles arbitrary objects; save the tensors with '
+                f'torch.save (or safetensors) instead.')
         raise CheckpointError(
-            f'checkpoint "{filename}" cannot be read: it is not a PyTorch '
-            f'checkpoint (neither a zip archive nor a pickle)')
+            f'checkpoint "{name}" cannot be read: it is a plain Python '
+            f'pickle (pickle.dump), not a PyTorch checkpoint; save the '
+            f'tensors with torch.save (or safetensors) instead')
+    raise CheckpointError(
+        f'checkpoint "{name}" cannot be read: it is not a PyTorch '
+        f'checkpoint (neither a torch.save file nor safetensors)')
+
+
+def _pickle_globals(filename: str) -> List[str]:
+    """The classes and functions a pickle names, read from its opcodes
+    (:mod:`pickletools` parses, it never unpickles); those before a damage
+    that stops the parse."""
+    import pickletools
+    found: List[str] = []
+    strings: List[str] = []
+    try:
+        with open(filename, 'rb') as f:
+            for op, arg, _ in pickletools.genops(f):
+                if op.name == 'GLOBAL':
+                    found.append(arg.replace(' ', '.'))
+                elif op.name == 'STACK_GLOBAL' and len(strings) >= 2:
+                    found.append('.'.join(strings[-2:]))
+                elif isinstance(arg, str) and 'UNICODE' in op.name:
+                    strings.append(arg)
+    except Exception:  # a damaged pickle: what was read so far
+        pass
+    return list(dict.fromkeys(found))
 
 
 def _weights_only_reason(err: Exception) -> str:
@@ -146,8 +200,10 @@ def _weights_only_reason(err: Exception) -> str:
 
 def safe_torch_load(filename: str,
                     map_location: Optional[Any] = None,
-                    mmap: bool = False) -> Any:
-    """``torch.load`` with ``weights_only=True`` and a clear refusal.
+                    mmap: bool = False,
+                    name: Optional[str] = None) -> Any:
+    """``torch.load`` with ``weights_only=True`` and a clear refusal; a
+    safetensors file read as its state dict.
 
     Args:
         filename (str): Path of the checkpoint file.
@@ -155,6 +211,8 @@ def safe_torch_load(filename: str,
         mmap (bool): Map the tensors' storage instead of reading it (zip
             checkpoints only), to look at ``meta`` cheaply. Defaults to
             False.
+        name (str, optional): How messages name the checkpoint (the URL it
+            was downloaded from). Defaults to ``filename``.
 
     Returns:
         The loaded object (usually a dict).
@@ -164,35 +222,72 @@ def safe_torch_load(filename: str,
         UnsafeCheckpointError: The file holds pickled objects outside the
             allow-list of :func:`openmmlab_safe_globals`.
         CheckpointError: The file is not a readable checkpoint (empty,
-            truncated, random bytes, damaged).
+            truncated, random bytes, a plain pickle, damaged).
     """
     filename = str(filename)
-    check_checkpoint_file(filename)
+    name = filename if name is None else str(name)
+    kind = check_checkpoint_file(filename, name)
+    if kind == 'safetensors':
+        return load_safetensors(filename, map_location, name)
     allowed = set(torch.serialization.get_safe_globals())
     # torch's context removes its globals on exit: give it only the ones
     # the process does not allow already
     missing = [g for g in openmmlab_safe_globals() if g not in allowed]
     with torch.serialization.safe_globals(missing):
-        return _load(filename, map_location, mmap)
+        return _load(filename, map_location, mmap and kind == 'zip', name)
 
 
-def _load(filename: str, map_location: Optional[Any], mmap: bool) -> Any:
+def load_checkpoint(source: str,
+                    map_location: Optional[Any] = None,
+                    mmap: bool = False) -> Any:
+    """Read a checkpoint from anywhere, always with :func:`safe_torch_load`.
+
+    Args:
+        source (str): A local path, an ``http(s)://`` URL (downloaded once
+            to the torch hub cache; a copy that cannot be loaded is removed
+            from it) or a path of another scheme that mmengine's file
+            backends read (``s3://``, ...).
+        map_location (optional): As for ``torch.load``. Defaults to None.
+        mmap (bool): As for :func:`safe_torch_load`. Defaults to False.
+
+    Returns:
+        The loaded object (usually a dict).
+
+    Raises:
+        CheckpointError: The source cannot be found, downloaded or read, or
+            holds pickled objects mmlape does not unpickle; one line that
+            names ``source`` and the cause.
+    """
+    source = str(source)
+    cached: List[str] = []
+    with local_copy(source, cached) as path:
+        try:
+            return safe_torch_load(
+                path,
+                map_location,
+                mmap=mmap,
+                name=source if is_remote(source) else path)
+        except CheckpointError:
+            for copy in cached:
+                remove_cached(copy)
+            raise
+
+
+def _load(filename: str, map_location: Optional[Any], mmap: bool,
+          name: str) -> Any:
     try:
         return torch.load(
-            filename,
-            map_location=map_location,
-            weights_only=True,
-            mmap=mmap and zipfile.is_zipfile(filename))
+            filename, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         offending = _unsafe_globals(filename)
         if not offending:
             found = re.search(r'GLOBAL ([\w.]+)', str(err))
             offending = [found.group(1)] if found else []
         if not offending:
-            raise CheckpointError(f'checkpoint "{filename}" cannot be read: '
+            raise CheckpointError(f'checkpoint "{name}" cannot be read: '
                                   f'{_weights_only_reason(err)}') from None
         raise UnsafeCheckpointError(
-            f'Refusing to load checkpoint "{filename}": it contains pickled '
+            f'Refusing to load checkpoint "{name}": it contains pickled '
             f'objects that are neither tensors nor OpenMMLab training state '
             f'({", ".join(offending)}). mmlape never unpickles arbitrary '
             f'objects; if you trust the file, convert it to a plain state '
@@ -202,5 +297,5 @@ def _load(filename: str, map_location: Optional[Any], mmap: bool) -> Any:
         # What torch's readers raise on a damaged archive or a cut pickle.
         reason = str(err).strip().splitlines()[0] if str(err).strip() \
             else type(err).__name__
-        raise CheckpointError(f'checkpoint "{filename}" cannot be read: it '
+        raise CheckpointError(f'checkpoint "{name}" cannot be read: it '
                               f'is damaged ({reason})') from None

@@ -17,6 +17,7 @@ from mmengine.utils import to_2tuple
 from torch import Tensor
 
 from ..checkpoint import CheckpointFamily
+from ..checkpoint.common import FROM_DEFAULT
 from ..layers.pe_plan import PEPlan, PEPlanCache, autocast_dtype
 from ..layers.weight_init import init_generic_weights
 
@@ -226,7 +227,8 @@ class LaPEBackbone(BaseModule):
         does."""
         cfg = self.init_cfg
         if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
-            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'),
+                                 cfg.get(FROM_DEFAULT, False))
             self._is_init = True
             return
         super().init_weights()
@@ -248,7 +250,8 @@ class LaPEBackbone(BaseModule):
 
     def load_pretrained(self,
                         checkpoint: str,
-                        prefix: Optional[str] = None) -> None:
+                        prefix: Optional[str] = None,
+                        join_from_default: bool = False) -> None:
         """Load a checkpoint of any layout the family reads (see
         :meth:`~mmlape.models.checkpoint.CheckpointFamily.load`).
 
@@ -257,7 +260,11 @@ class LaPEBackbone(BaseModule):
             prefix (str, optional): Keep only keys under this prefix and
                 strip it. Defaults to None (a ``backbone.`` prefix is then
                 detected).
+            join_from_default (bool): Start this backbone's join from a
+                default-join checkpoint (``init_cfg`` option
+                ``join_from_default``): its PE norms start fresh.
+                Defaults to False.
         """
         self.checkpoint_family.load(self, checkpoint, prefix,
                                     self.checkpoint_spec(),
-                                    self.new_key_pattern)
+                                    self.new_key_pattern, join_from_default)

@@ -9,7 +9,6 @@ References:
     timm's ``checkpoint_filter_fn`` (a pure filter beside the model).
 """
 import math
-import os.path as osp
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -19,15 +18,15 @@ import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
-from mmlape.utils.safe_load import safe_torch_load
+from mmlape.utils.safe_load import load_checkpoint
 from ..layers.pos_embed import resize_pos_embed
 from .recorded import another_model, model_differences, recorded_backbone
 
 __all__ = [
-    'check_pe_norms', 'BACKBONE_PREFIX', 'Layout', 'Converted',
-    'CheckpointFamily', 'unwrap_state_dict', 'strip_prefix', 'select_backbone',
-    'rename_keys', 'table_rules', 'is_square', 'check_pe_width',
-    'fit_patch_rows', 'load_and_report'
+    'check_pe_norms', 'describe_keys', 'BACKBONE_PREFIX', 'FROM_DEFAULT',
+    'JOIN_KEY', 'Layout', 'Converted', 'CheckpointFamily', 'unwrap_state_dict',
+    'strip_prefix', 'select_backbone', 'rename_keys', 'table_rules',
+    'is_square', 'check_pe_width', 'fit_patch_rows', 'load_and_report'
 ]
 
 #: The prefix of a backbone's keys in a whole model's state dict (mmengine
@@ -200,6 +199,14 @@ def check_pe_width(src: Tensor, shape: Tuple[int, ...], key: str) -> None:
             f'(embed_dims {shape[-1]}). Use a checkpoint of the same width.')
 
 
+#: Keys of what a join adds to the default join: the per-layer PE norms
+#: and MPVG's last-norm PE (``pe_join.last_norm``).
+JOIN_KEY = re.compile(r'(^|\.)pe_norm\.|^pe_join\.')
+
+#: The ``init_cfg`` option that starts a join from a default-join file.
+FROM_DEFAULT = 'join_from_default'
+
+
 def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
                    join: str) -> None:
     """Refuse a file whose PE-norm owners (``{owner}.pe_norm.*``) are not
@@ -208,13 +215,51 @@ def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
     found = sorted(
         {k.rsplit('.pe_norm.', 1)[0]
          for k in state_dict if '.pe_norm.' in k})
-    if found != sorted(owners):
+    if found == sorted(owners):
+        return
+    if not found:
         raise ValueError(
-            f'Checkpoint does not fit the join: it has PE norms in '
-            f'{len(found)} blocks but this model (pe_join.type={join!r}) '
-            f'has them in {len(owners)}. Initialise from a checkpoint '
-            f'trained with the same join (e.g. a LaPE ImageNet checkpoint '
-            f'for a LaPE model, an MPVG one for PVG/MPVG).')
+            f'Checkpoint does not fit the join: it is a default-join '
+            f'checkpoint (no PE norms) but this model (pe_join.type='
+            f'{join!r}) has them in {len(owners)} blocks. To fine-tune '
+            f'this join from it, set {FROM_DEFAULT}=True in the '
+            f'backbone\'s init_cfg (the PE norms start fresh; the papers '
+            f'train each join from scratch), or initialise from a '
+            f'checkpoint trained with the same join.')
+    raise ValueError(
+        f'Checkpoint does not fit the join: it has PE norms in '
+        f'{len(found)} blocks but this model (pe_join.type={join!r}) '
+        f'has them in {len(owners)}. Initialise from a checkpoint '
+        f'trained with the same join (e.g. a LaPE ImageNet checkpoint '
+        f'for a LaPE model, an MPVG one for PVG/MPVG).')
+
+
+def describe_keys(keys: Sequence[str]) -> str:
+    """Keys in short: ``blocks.{i}.x`` of several blocks as one group.
+
+    Example:
+        >>> describe_keys(['blocks.0.pe_norm.weight', 'blocks.1.pe_norm.'
+        ...                'weight', 'pe_join.last_norm.bias'])
+        'blocks.{0-1}.pe_norm.weight, pe_join.last_norm.bias'
+    """
+    groups: Dict[str, List[int]] = OrderedDict()
+    for key in keys:
+        found = re.match(r'^(.*?)\b(blocks|layers)\.(\d+)\.(.*)$', key)
+        if found:
+            head, name, index, tail = found.groups()
+            groups.setdefault(f'{head}{name}.{{}}.{tail}',
+                              []).append(int(index))
+        else:
+            groups.setdefault(key, [])
+    parts = []
+    for pattern, indices in groups.items():
+        if not indices:
+            parts.append(pattern)
+            continue
+        span = (f'{min(indices)}-{max(indices)}'
+                if len(indices) > 1 else str(indices[0]))
+        parts.append(pattern.replace('{}', '{' + span + '}'))
+    return ', '.join(parts)
 
 
 def fit_patch_rows(src: Tensor, num_extra: int, grid: Tuple[int, int],
@@ -252,19 +297,35 @@ def load_and_report(module: torch.nn.Module,
                     state_dict: Dict[str, Tensor],
                     checkpoint: str,
                     new_key_pattern: Optional[str] = None,
-                    family: str = 'backbone') -> None:
+                    family: str = 'backbone',
+                    fresh_join: Optional[str] = None) -> None:
     """Load a converted backbone state dict (not strictly), logging the
     missing, unexpected and new (``new_key_pattern``) keys; a shape that
-    does not fit is a ValueError naming the file."""
+    does not fit is a ValueError naming the file.
+
+    ``fresh_join`` (a join's name) says that the file is a default-join
+    one starting that join: one line then lists what loaded and the join's
+    keys (:data:`JOIN_KEY`) that start fresh; any other missing key is
+    still warned about."""
     try:
         missing, unexpected = module.load_state_dict(state_dict, strict=False)
     except (RuntimeError, ValueError) as err:
         raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
                          f'{type(module).__name__}: {err}') from None
+    fresh = [k for k in missing if fresh_join and JOIN_KEY.search(k)]
     new = [
-        k for k in missing if new_key_pattern and re.match(new_key_pattern, k)
+        k for k in missing
+        if k not in fresh and new_key_pattern and re.match(new_key_pattern, k)
     ]
-    missing = [k for k in missing if k not in new]
+    missing = [k for k in missing if k not in new and k not in fresh]
+    loaded = [k for k in state_dict if k not in unexpected]
+    if fresh_join:
+        print_log(
+            f'{fresh_join} from the default-join checkpoint "{checkpoint}" '
+            f'({FROM_DEFAULT}=True): loaded {len(loaded)} tensors '
+            f'({describe_keys(loaded)}); starting fresh: {len(fresh)} '
+            f'tensors ({describe_keys(fresh) or "none"})',
+            logger='current')
     if new:
         print_log(
             f'{len(new)} tensors of modules that a {family} checkpoint does '
@@ -282,9 +343,7 @@ def load_and_report(module: torch.nn.Module,
             logger='current',
             level=30)
     print_log(
-        f'Loaded {len(state_dict) - len(unexpected)} tensors from '
-        f'"{checkpoint}"',
-        logger='current')
+        f'Loaded {len(loaded)} tensors from "{checkpoint}"', logger='current')
 
 
 class CheckpointFamily:
@@ -435,12 +494,13 @@ class CheckpointFamily:
              checkpoint: str,
              prefix: Optional[str],
              spec: Any,
-             new_key_pattern: Optional[str] = None) -> None:
+             new_key_pattern: Optional[str] = None,
+             join_from_default: bool = False) -> None:
         """Read, convert, check and load a checkpoint into a backbone.
 
-        Local files are read by
-        :func:`~mmlape.utils.safe_load.safe_torch_load`, URLs by mmengine;
-        the backbone's pre-hook fits the keys (:meth:`fit`).
+        The file, local or by URL, is read by
+        :func:`~mmlape.utils.safe_load.load_checkpoint`; the backbone's
+        pre-hook fits the keys (:meth:`fit`).
 
         Args:
             module (nn.Module): The backbone.
@@ -450,19 +510,29 @@ class CheckpointFamily:
             new_key_pattern (str, optional): Keys the family's checkpoints
                 cannot have, summarised instead of listed as missing.
                 Defaults to None.
+            join_from_default (bool): The file is a default-join one (no
+                PE norms) and starts ``module``'s join: its PE norms (and
+                MPVG's last-norm PE) start fresh, listed in one line.
+                Defaults to False.
 
         Raises:
             ValueError: No keys under ``prefix``, another join, or a
                 checkpoint that does not fit (the message says why).
         """
-        if '://' in str(checkpoint):
-            from mmengine.runner.checkpoint import CheckpointLoader
-            ckpt = CheckpointLoader.load_checkpoint(checkpoint, 'cpu')
-        else:
-            ckpt = safe_torch_load(osp.expanduser(checkpoint), 'cpu')
+        ckpt = load_checkpoint(checkpoint, 'cpu')
+        join = getattr(spec, 'join', 'Default')
         try:
             conv = self.convert_file(ckpt, self.backbone_state(ckpt, prefix))
-            self.check(conv.state_dict, spec)
+            if join_from_default:
+                own = [k for k in conv.state_dict if JOIN_KEY.search(k)]
+                if own:
+                    raise ValueError(
+                        f'{FROM_DEFAULT}=True starts a join from a '
+                        f'default-join checkpoint, but this one has the '
+                        f'keys of a join ({describe_keys(own)}); drop '
+                        f'{FROM_DEFAULT} to load them')
+            else:
+                self.check(conv.state_dict, spec)
             self.check_model(conv, module)
         except ValueError as err:
             raise ValueError(f'Checkpoint "{checkpoint}": {err}') from None
@@ -470,5 +540,10 @@ class CheckpointFamily:
             f'"{checkpoint}" is a {conv.layout.describe()}', logger='current')
         for note in conv.notes:
             print_log(note, logger='current')
-        load_and_report(module, conv.state_dict, checkpoint, new_key_pattern,
-                        self.name)
+        load_and_report(
+            module,
+            conv.state_dict,
+            checkpoint,
+            new_key_pattern,
+            self.name,
+            fresh_join=join if join_from_default else None)
