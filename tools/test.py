@@ -20,7 +20,10 @@ from tools.common import (ToolParser, UsageError, fail, finish, load_config,
 def parse_args(argv=None):
     parser = ToolParser(description='Test a checkpoint')
     parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        'checkpoint',
+        help='checkpoint file or URL (downloaded once to the torch hub '
+        'cache); .pth or .safetensors')
     parser.add_argument('--work-dir', help='where to save logs and metrics')
     parser.add_argument('--out', help='dump the predictions (.pkl)')
     parser.add_argument(
@@ -147,6 +150,18 @@ def predict_in_float32(runner):
     model.test_step = float32_test_step
 
 
+def check_test_checkpoint(model, source, cfg):
+    """The checkpoint must be the config's model (:func:`mmlape.apis.
+    check_checkpoint_fits`; a file of another layout that the backbone's
+    family reads, an official one, is converted first); the run then loads
+    the state read here instead of reading the file again."""
+    from mmlape import apis, hosts
+    hosts.provide_checkpoint(
+        source,
+        apis.checked_checkpoint(
+            model, source, 'checkpoint', cfg, convert=True))
+
+
 def main(argv=None):
     args = parse_args(argv)
     with fail():
@@ -171,10 +186,8 @@ def main(argv=None):
         runner = setup_runner(cfg, ('test', ))
         if args.amp:
             predict_in_float32(runner)
-        from mmlape.apis import check_checkpoint_fits
         from mmlape.engine.runner_setup import when_model_built
-        when_model_built(runner, check_checkpoint_fits, args.checkpoint,
-                         'checkpoint', cfg)
+        when_model_built(runner, check_test_checkpoint, args.checkpoint, cfg)
     with fail(running=True):
         metrics = runner.test()
     from mmengine.dist import is_main_process

@@ -73,6 +73,16 @@ def build_cfg(args):
     return cfg
 
 
+def fit_load_from(model, source):
+    """``load_from`` decided before the run (:func:`mmlape.apis.
+    fit_load_from`): a file of another layout loads converted, one that
+    fits no key is refused."""
+    from mmlape import apis, hosts
+    converted = apis.fit_load_from(model, source)
+    if converted is not None:
+        hosts.provide_checkpoint(source, converted)
+
+
 def main(argv=None):
     args = parse_args(argv)
     with fail():
@@ -84,6 +94,8 @@ def main(argv=None):
         if cfg.resume and cfg.load_from:
             when_model_built(runner, check_checkpoint_fits, cfg.load_from,
                              '--resume', cfg)
+        elif cfg.load_from:
+            when_model_built(runner, fit_load_from, cfg.load_from)
         note_finetune_sources(cfg)
     with fail(running=True):
         runner.train()

@@ -10,10 +10,14 @@ from mmlape.models.checkpoint import unwrap_state_dict
 from mmlape.models.checkpoint.recorded import (another_model,
                                                model_differences,
                                                recorded_backbone)
+from mmlape.models.checkpoint.whole import fit_whole_checkpoint
 from mmlape.utils.errors import CheckpointError
 from mmlape.utils.safe_load import load_checkpoint
 
-__all__ = ['check_checkpoint_fits', 'note_finetune_sources']
+__all__ = [
+    'check_checkpoint_fits', 'checked_checkpoint', 'fit_load_from',
+    'note_finetune_sources'
+]
 
 _ADVICE = ('Use a checkpoint saved with this config (to initialise from '
            'another model, use --cfg-options load_from=... or the backbone '
@@ -35,7 +39,18 @@ def _cfg_backbone(cfg: Optional[Config]) -> Optional[dict]:
 def check_checkpoint_fits(model: torch.nn.Module,
                           filename: str,
                           purpose: str,
-                          cfg: Optional[Config] = None) -> dict:
+                          cfg: Optional[Config] = None,
+                          convert: bool = False) -> dict:
+    """The state dict of :func:`checked_checkpoint`."""
+    return checked_checkpoint(model, filename, purpose, cfg,
+                              convert)['state_dict']
+
+
+def checked_checkpoint(model: torch.nn.Module,
+                       filename: str,
+                       purpose: str,
+                       cfg: Optional[Config] = None,
+                       convert: bool = False) -> dict:
     """Refuse a checkpoint of another model than ``model``.
 
     The recorded backbone must match in type, ``pe_type`` and join, and
@@ -43,12 +58,17 @@ def check_checkpoint_fits(model: torch.nn.Module,
 
     Args:
         model (nn.Module): The built model, or backbone.
-        filename (str): The checkpoint.
+        filename (str): The checkpoint, a path or a URL.
         purpose (str): What it is for, to start the message (``'--resume'``).
         cfg (Config, optional): The run's config. Defaults to None.
+        convert (bool): A file of another layout that the backbone's
+            checkpoint family reads (an official DeiT, timm, Swin file) is
+            converted first (:func:`fit_whole_checkpoint`), then checked.
+            Defaults to False.
 
     Returns:
-        dict: The checkpoint's state dict (read safely).
+        dict: The checkpoint (read safely) with its state dict, converted
+        where asked, under ``state_dict``.
 
     Raises:
         CheckpointError: The file cannot be read, or is another model's: one
@@ -66,6 +86,12 @@ def check_checkpoint_fits(model: torch.nn.Module,
                                   another_model(wrong, recorded[0]) +
                                   f'. {_ADVICE}')
     state, own = unwrap_state_dict(ckpt), model.state_dict()
+    if convert and not any(k in own for k in state):
+        converted, notes = fit_whole_checkpoint(model, ckpt, filename, purpose)
+        if converted is not None:
+            state = converted['state_dict']
+            for note in notes[:-1]:  # not the count: checked exactly below
+                print_log(note, logger='current')
     problems = {
         'missing': [k for k in own if k not in state],
         'unexpected': [k for k in state if k not in own],
@@ -80,7 +106,37 @@ def check_checkpoint_fits(model: torch.nn.Module,
     if parts:
         raise CheckpointError(f'{purpose}: "{filename}" is a checkpoint of '
                               f'another model: {parts}. {_ADVICE}')
-    return state
+    return dict(ckpt, state_dict=state)
+
+
+def fit_load_from(model: torch.nn.Module,
+                  filename: str,
+                  purpose: str = 'load_from') -> Optional[dict]:
+    """How ``load_from`` (fine-tuning from weights) loads into ``model``,
+    decided before the run: a file of the model's keys as it is, one of
+    another layout converted by the backbone's checkpoint family, one that
+    fits no key refused. One log line says how many of the model's tensors
+    it fills and which it leaves as initialised.
+
+    Args:
+        model (nn.Module): The built model.
+        filename (str): The checkpoint, a path or a URL.
+        purpose (str): Where it is set, to start the messages. Defaults to
+            ``'load_from'``.
+
+    Returns:
+        dict, optional: The converted checkpoint for the run to load in
+        place of the file's content; None when the file loads as it is.
+
+    Raises:
+        CheckpointError: The file cannot be read or fits none of the
+            model's keys (one line naming it and what to do).
+    """
+    converted, notes = fit_whole_checkpoint(model, _read(filename, purpose),
+                                            filename, purpose)
+    for note in notes:
+        print_log(note, logger='current')
+    return converted
 
 
 def note_finetune_sources(cfg: Config) -> None:

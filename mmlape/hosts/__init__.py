@@ -19,7 +19,7 @@ library's tools names :mod:`mmlape.hosts.applied` in ``custom_imports``.
 - :func:`quiet_host_notices`, :func:`quiet_logger`: the host libraries'
   harmless notices kept out of a run's output.
 """
-from .checkpoints import install_safe_loading
+from .checkpoints import install_safe_loading, provide_checkpoint
 from .dist import check_launcher_env, setup_cpu_distributed, slurm_to_torch_env
 from .hub import install_mmpretrain_hub
 from .imports import after_import, keep_mmpretrain_importable
@@ -30,9 +30,9 @@ from .quiet import quiet_host_notices, quiet_logger
 __all__ = [
     'Float32MmcvOpsHook', 'after_import', 'apply', 'check_launcher_env',
     'float32_mmcv_ops', 'install_float32_mmcv_ops', 'install_mmpretrain_hub',
-    'install_safe_loading', 'keep_mmpretrain_importable', 'quiet_host_notices',
-    'quiet_logger', 'setup_cpu_distributed', 'slurm_to_torch_env',
-    'use_float32_mmcv_ops'
+    'install_safe_loading', 'keep_mmpretrain_importable', 'provide_checkpoint',
+    'quiet_host_notices', 'quiet_logger', 'setup_cpu_distributed',
+    'slurm_to_torch_env', 'use_float32_mmcv_ops'
 ]
 
 

@@ -11,14 +11,26 @@ run code; here it cannot.
 """
 import logging
 import os.path as osp
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from mmengine.logging import print_log
 
 from mmlape.utils.safe_load import load_checkpoint, openmmlab_safe_globals
 
-__all__ = ['install_safe_loading', 'model_url']
+__all__ = ['install_safe_loading', 'model_url', 'provide_checkpoint']
+
+#: Checkpoints the tools have read (and converted) already, by the source
+#: mmengine will load next (:func:`provide_checkpoint`).
+_PROVIDED: Dict[str, Any] = {}
+
+
+def provide_checkpoint(source: str, checkpoint: Any) -> None:
+    """Make mmengine's next load of ``source`` return ``checkpoint``
+    (read and converted by a tool before the run) instead of reading the
+    file again; forgotten once served."""
+    _PROVIDED[str(source)] = checkpoint
+
 
 #: mmengine's schemes that name a model instead of a file: the prefix and
 #: the function of ``mmengine.runner.checkpoint`` giving the name -> URL
@@ -67,6 +79,8 @@ def model_url(filename: str) -> str:
 def _safe_loader(mmcls: bool = False) -> Callable:
 
     def load_safely(filename: str, map_location: Optional[Any] = None) -> Any:
+        if str(filename) in _PROVIDED:
+            return _PROVIDED.pop(str(filename))
         checkpoint = load_checkpoint(model_url(filename), map_location)
         if mmcls:
             from mmengine.runner.checkpoint import _process_mmcls_checkpoint

@@ -17,7 +17,7 @@ import pickle
 import re
 import struct
 import zipfile
-from typing import Any, List, Optional
+from typing import Any, List, Mapping, Optional
 
 import numpy as np
 import torch
@@ -251,26 +251,33 @@ def load_checkpoint(source: str,
         mmap (bool): As for :func:`safe_torch_load`. Defaults to False.
 
     Returns:
-        The loaded object (usually a dict).
+        Mapping: The loaded checkpoint.
 
     Raises:
-        CheckpointError: The source cannot be found, downloaded or read, or
-            holds pickled objects mmlape does not unpickle; one line that
-            names ``source`` and the cause.
+        CheckpointError: The source cannot be found, downloaded or read,
+            holds pickled objects mmlape does not unpickle, or is no dict
+            (a bare tensor, a list); one line that names ``source`` and the
+            cause.
     """
     source = str(source)
     cached: List[str] = []
     with local_copy(source, cached) as path:
+        name = source if is_remote(source) else path
         try:
-            return safe_torch_load(
-                path,
-                map_location,
-                mmap=mmap,
-                name=source if is_remote(source) else path)
+            loaded = safe_torch_load(path, map_location, mmap=mmap, name=name)
         except CheckpointError:
             for copy in cached:
                 remove_cached(copy)
             raise
+    if not isinstance(loaded, Mapping):
+        kind = type(loaded).__name__
+        if isinstance(loaded, torch.Tensor):
+            kind = f'single tensor of shape {tuple(loaded.shape)}'
+        raise CheckpointError(
+            f'checkpoint "{name}" holds a {kind}, not a checkpoint (a dict '
+            f'of tensors, or one with a "state_dict"); save the model\'s '
+            f'state_dict() instead')
+    return loaded
 
 
 def _load(filename: str, map_location: Optional[Any], mmap: bool,

@@ -251,3 +251,45 @@ def test_a_legacy_torch_file_still_loads(tmp_path):
                _use_new_zipfile_serialization=False)
     torch.testing.assert_close(
         safe_torch_load(str(path))['state_dict'], state())
+
+
+# ----------------------------------------------------------------------
+# mmengine's own loaders, after mmlape.hosts.apply() (what the tools and
+# a config's custom_imports of mmlape.hosts.applied run)
+
+
+def test_mmengine_loads_every_scheme_through_the_safe_loader(
+        served, hosts_applied):
+    from mmengine.model import BaseModule
+    from mmengine.runner.checkpoint import CheckpointLoader, load_checkpoint
+
+    for prefix, loader in CheckpointLoader._schemes.items():
+        assert getattr(loader, '_mmlape_safe', False), prefix
+
+    class Net(BaseModule):
+
+        def __init__(self, init_cfg=None):
+            super().__init__(init_cfg)
+            self.a = torch.nn.Linear(3, 2)
+
+    net = Net()
+    load_checkpoint(net, served.url('good.pth'))
+    torch.testing.assert_close(net.a.weight, state()['a.weight'])
+    with pytest.raises(UnsafeCheckpointError, match='posix.system'):
+        load_checkpoint(Net(), served.url('evil.pth'))
+    # mmengine's PretrainedInit (a module's init_cfg), with a prefix
+    other = Net(
+        init_cfg=dict(
+            type='Pretrained', checkpoint=served.url('evil.pth'), prefix='a'))
+    with pytest.raises(UnsafeCheckpointError):
+        other.init_weights()
+    assert not served.marker.exists()
+
+
+def test_named_schemes_resolve_as_mmengine_does(hosts_applied):
+    from mmlape.hosts.checkpoints import model_url
+    url = model_url('torchvision://resnet18')
+    assert url.startswith('https://') and url.endswith('.pth')
+    assert model_url('https://x/y.pth') == 'https://x/y.pth'
+    with pytest.raises(KeyError, match='no model "nope"'):
+        model_url('open-mmlab://nope')

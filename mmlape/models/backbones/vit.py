@@ -583,6 +583,7 @@ class LaPEViT(LaPEBackbone):
     def checkpoint_spec(self) -> ViTSpec:
         """What this backbone expects of a checkpoint."""
         pe = self.pos_embed
+        proj = getattr(getattr(self, 'patch_embed', None), 'proj', None)
         return ViTSpec(
             pos_embed_shape=tuple(pe.shape)
             if isinstance(pe, nn.Parameter) else None,
@@ -591,4 +592,9 @@ class LaPEViT(LaPEBackbone):
             interpolate_mode=self.interpolate_mode,
             join=self.pe_join.name,
             pe_norm_layers=tuple(i for i, blk in enumerate(self.blocks)
-                                 if hasattr(blk, 'pe_norm')))
+                                 if hasattr(blk, 'pe_norm')),
+            patch_weight_shape=tuple(proj.weight.shape) if isinstance(
+                proj, nn.Conv2d) else None,
+            num_layers=len(self.blocks),
+            layer_scale=any(
+                getattr(blk, 'layer_scale', False) for blk in self.blocks))

@@ -234,8 +234,24 @@ def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
         f'for a LaPE model, an MPVG one for PVG/MPVG).')
 
 
-def describe_keys(keys: Sequence[str]) -> str:
-    """Keys in short: ``blocks.{i}.x`` of several blocks as one group.
+def _span(indices: Sequence[int]) -> str:
+    """``3``, or ``{0-2,5}`` for several indices."""
+    indices = sorted(set(indices))
+    if len(indices) == 1:
+        return str(indices[0])
+    runs: List[List[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return '{' + ','.join(f'{r[0]}-{r[-1]}' if len(r) > 1 else str(r[0])
+                          for r in runs) + '}'
+
+
+def describe_keys(keys: Sequence[str], limit: int = 12) -> str:
+    """Keys in short: the keys that differ only in their first index
+    (``blocks.{i}.x``) as one entry, at most ``limit`` entries.
 
     Example:
         >>> describe_keys(['blocks.0.pe_norm.weight', 'blocks.1.pe_norm.'
@@ -244,11 +260,10 @@ def describe_keys(keys: Sequence[str]) -> str:
     """
     groups: Dict[str, List[int]] = OrderedDict()
     for key in keys:
-        found = re.match(r'^(.*?)\b(blocks|layers)\.(\d+)\.(.*)$', key)
+        found = re.match(r'^(.*?)(?<![^.])(\d+)\.(.*)$', key)
         if found:
-            head, name, index, tail = found.groups()
-            groups.setdefault(f'{head}{name}.{{}}.{tail}',
-                              []).append(int(index))
+            head, index, tail = found.groups()
+            groups.setdefault(f'{head}{{}}.{tail}', []).append(int(index))
         else:
             groups.setdefault(key, [])
     parts = []
@@ -256,9 +271,9 @@ def describe_keys(keys: Sequence[str]) -> str:
         if not indices:
             parts.append(pattern)
             continue
-        span = (f'{min(indices)}-{max(indices)}'
-                if len(indices) > 1 else str(indices[0]))
-        parts.append(pattern.replace('{}', '{' + span + '}'))
+        parts.append(pattern.replace('{}', _span(indices)))
+    if len(parts) > limit:
+        parts = parts[:limit] + [f'and {len(parts) - limit} more']
     return ', '.join(parts)
 
 
@@ -386,6 +401,11 @@ class CheckpointFamily:
         """Refuse converted backbone keys of another PE join than the
         backbone ``spec`` describes (a ValueError naming both)."""
         raise NotImplementedError
+
+    def check_architecture(self, state_dict: Mapping, spec: Any) -> None:
+        """Refuse converted backbone keys of another architecture than
+        ``spec`` describes (a ValueError naming the setting to change);
+        nothing is checked by default."""
 
     def fit(self, state_dict: Dict[str, Tensor], prefix: str,
             spec: Any) -> List[str]:
@@ -523,6 +543,7 @@ class CheckpointFamily:
         join = getattr(spec, 'join', 'Default')
         try:
             conv = self.convert_file(ckpt, self.backbone_state(ckpt, prefix))
+            self.check_architecture(conv.state_dict, spec)
             if join_from_default:
                 own = [k for k in conv.state_dict if JOIN_KEY.search(k)]
                 if own:

@@ -105,6 +105,11 @@ class ViTSpec:
         interpolate_mode (str): How patch rows are resized.
         join (str): The PE join's name, for messages.
         pe_norm_layers (tuple[int]): Layers that own ``blocks.{i}.pe_norm``.
+        patch_weight_shape (tuple[int], optional): The patch embedding's
+            ``patch_embed.proj.weight`` shape (None without one).
+        num_layers (int): Encoder blocks (0: not checked).
+        layer_scale (bool): Whether the blocks have layer scale
+            (``gamma1``/``gamma2``).
     """
     pos_embed_shape: Optional[Tuple[int, int, int]]
     num_extra_tokens: int
@@ -112,6 +117,9 @@ class ViTSpec:
     interpolate_mode: str = 'bicubic'
     join: str = 'Default'
     pe_norm_layers: Tuple[int, ...] = ()
+    patch_weight_shape: Optional[Tuple[int, ...]] = None
+    num_layers: int = 0
+    layer_scale: bool = False
 
 
 # ----------------------------------------------------------------------
@@ -419,6 +427,50 @@ class ViTCheckpoints(CheckpointFamily):
                 raise ValueError('the checkpoint ' +
                                  another_model(wrong, recorded[0]))
         return out
+
+    def check_architecture(self, state_dict: Mapping, spec: ViTSpec) -> None:
+        """Refuse converted backbone keys of another architecture than
+        ``spec``'s in one line that names the setting to change: another
+        width, patch size or depth, layer scale the model lacks, register
+        tokens (mmlape's ViT has none)."""
+        if 'reg_token' in state_dict:
+            rows = state_dict['reg_token'].shape[1]
+            raise ValueError(
+                f'the checkpoint has {rows} register tokens (reg_token), '
+                f'which mmlape\'s ViT does not compute; use a file of a '
+                f'model without them')
+        weight = state_dict.get('patch_embed.proj.weight')
+        want = spec.patch_weight_shape
+        if weight is not None and want is not None and \
+                tuple(weight.shape) != tuple(want):
+            have = tuple(weight.shape)
+            if have[0] != want[0]:
+                raise ValueError(
+                    f'the checkpoint\'s embedding is {have[0]} wide, this '
+                    f'model\'s {want[0]}: set model.backbone.arch to the '
+                    f'checkpoint\'s size')
+            if have[2:] != tuple(want[2:]):
+                size = 'x'.join(map(str, have[2:]))
+                raise ValueError(
+                    f'the checkpoint\'s patches are {size}, this model\'s '
+                    f'{"x".join(map(str, want[2:]))}: set '
+                    f'model.backbone.patch_size={have[2]}')
+        blocks = {
+            int(k.split('.')[1])
+            for k in state_dict if re.match(r'^blocks\.\d+\.', k)
+        }
+        if spec.num_layers and blocks and max(blocks) + 1 != spec.num_layers:
+            raise ValueError(
+                f'the checkpoint has {max(blocks) + 1} layers, this model '
+                f'{spec.num_layers}: set model.backbone.arch to the '
+                f'checkpoint\'s (its num_layers)')
+        if not spec.layer_scale and any(
+                re.match(r'^blocks\.\d+\.gamma[12]$', k) for k in state_dict):
+            raise ValueError(
+                'the checkpoint has layer scale (blocks.{i}.gamma1/gamma2, '
+                'as DeiT-III and RoPE-ViT models train), this model has '
+                'none: set model.backbone.layer_scale_init_value (e.g. '
+                '1e-5; the loaded values replace it)')
 
     def check(self, state_dict: Mapping, spec: ViTSpec) -> None:
         """The layers that own a PE norm (``blocks.{i}.pe_norm``) must be
