@@ -47,6 +47,19 @@ class T2TCheckpoints(ViTCheckpoints):
             logger='current')
         return state
 
+    def convert_family_checkpoint(self, checkpoint: Mapping, family: str,
+                                  head: Optional[str], **options) -> Dict:
+        """As the ViT's path, with a T2T-ViT file's stored sinusoid kept
+        (a tensor of this backbone's state dict)."""
+        out = super().convert_family_checkpoint(checkpoint, family, head,
+                                                **options)
+        if family in T2T_FORMATS:
+            sd = VIT_FAMILY.read(checkpoint, **options)
+            tables = [sd[k] for k in _PE_KEYS if k in sd]
+            if tables:
+                out['state_dict'][BACKBONE_PREFIX + 'pos_embed'] = tables[0]
+        return out
+
     def convert(self,
                 state_dict: Mapping,
                 fmt: Optional[str] = None,

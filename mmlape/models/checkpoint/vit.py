@@ -419,6 +419,11 @@ class ViTCheckpoints(CheckpointFamily):
             ValueError: What the conversion refuses, or one line naming
                 each option of ``backbone`` that differs from the run.
         """
+        if fmt is None:
+            family = VIT_FAMILY.detect(VIT_FAMILY.read(checkpoint, False))
+            if family:  # official T2T-ViT, CeiT, ViT-Lite, CCT
+                return self.convert_family_checkpoint(checkpoint, family, head,
+                                                      **options)
         out = super().convert_checkpoint(checkpoint, fmt, head, **options)
         recorded = recorded_backbone(out)
         if backbone is not None and recorded:
@@ -427,6 +432,13 @@ class ViTCheckpoints(CheckpointFamily):
                 raise ValueError('the checkpoint ' +
                                  another_model(wrong, recorded[0]))
         return out
+
+    def convert_family_checkpoint(self, checkpoint: Mapping, family: str,
+                                  head: Optional[str], **options) -> Dict:
+        """An official ViT-family file (:data:`~.vit_family.VIT_FAMILY`,
+        its format ``family``) to an mmlape checkpoint."""
+        return VIT_FAMILY.convert_checkpoint(checkpoint, family, head
+                                             or self.default_head, **options)
 
     def check_architecture(self, state_dict: Mapping, spec: ViTSpec) -> None:
         """Refuse converted backbone keys of another architecture than

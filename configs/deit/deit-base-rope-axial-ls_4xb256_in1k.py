@@ -1,0 +1,8 @@
+# DeiT-Base with RoPE-Axial and layer scale: the architecture of timm's
+# `vit_base_patch16_rope_224.naver_in1k` (the RoPE-ViT paper's model, trained
+# with layer scale on the DeiT-III recipe), so that its public weights load
+# (docs/model_zoo.md). Training with this config follows the DeiT recipe of its
+# base, not DeiT-III's.
+_base_ = './deit-base_4xb256_in1k.py'
+
+model = dict(backbone=dict(pe_type='rope_axial', layer_scale_init_value=1e-5))

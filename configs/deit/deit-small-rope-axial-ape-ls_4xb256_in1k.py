@@ -1,0 +1,12 @@
+# DeiT-Small with RoPE-Axial, DeiT's learnable absolute PE beside it, and layer
+# scale: the architecture of timm's `vit_small_patch16_rope_ape_224.naver_in1k`
+# (the RoPE-ViT paper's model, trained with layer scale on the DeiT-III
+# recipe), so that its public weights load (docs/model_zoo.md). Training with
+# this config follows the DeiT recipe of its base, not DeiT-III's.
+_base_ = './deit-small_4xb256_in1k.py'
+
+model = dict(
+    backbone=dict(
+        pe_type='rope_axial',
+        ape_type='learnable',
+        layer_scale_init_value=1e-5))
