@@ -29,6 +29,10 @@ train_dataloader = dict(
 val_dataloader = dict(num_workers=4, pin_memory=True, persistent_workers=True)
 test_dataloader = val_dataloader
 
+# The recipe's global batch (8 processes x 1): the official code trains
+# at a fixed lr, so another global batch is a warning at the start.
+auto_scale_lr = dict(enable=False, base_batch_size=8)
+
 # The training step's losses are read from the device only when the
 # logger prints them (mmengine's RuntimeInfoHook reads them every
 # iteration, and each read waits for the step to end): the same log.

@@ -74,6 +74,23 @@ optim_wrapper = dict(
             '.pe_join.last_norm': dict(decay_mult=0.0),
         }))
 
+# The official code scales the lr, the warm-up's start and the cosine's end
+# with the global batch (x batch x processes / 512): the lr is that rule at
+# this recipe's 1024, the runner scales it by the run's global batch / 1024,
+# the warm-up starts at 1e-3 of it and the cosine ends at 1e-2 of it
+# (mmpretrain's config: eta_min=1e-5, right at 1024 only).
+auto_scale_lr = dict(base_batch_size=1024, enable=True)
+param_scheduler = [
+    dict(
+        type='LinearLR',
+        start_factor=1e-3,
+        by_epoch=True,
+        end=20,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR', eta_min_ratio=1e-2, by_epoch=True, begin=20)
+]
+
 # Atomic saves (a kill during a save never loses the previous checkpoint).
 # The training step's losses are read from the device only when the
 # logger prints them (mmengine's RuntimeInfoHook reads them every

@@ -41,7 +41,9 @@ def load(path):
 #: The rotary DeiT configs: name part -> the backbone's PE setting.
 ROTARY = {
     '-rope-mixed-ape': 'rope_mixed+learnable',
-    '-rope-mixed': 'rope_mixed'
+    '-rope-mixed': 'rope_mixed',
+    '-rope-axial-ape': 'rope_axial+learnable',
+    '-rope-axial': 'rope_axial'
 }
 
 
@@ -80,6 +82,8 @@ def test_config_builds(path):
     if '/vit_adapter/' in path:  # MPVG's last-norm term, reading (b)
         assert backbone.final_norm == (join_of(path) == 'MPVG')
     assert 'mmlape' in cfg.custom_imports['imports']
+    # the recipe's global batch (tests/engine/test_batch_recipe.py)
+    assert (cfg.get('auto_scale_lr') or {}).get('base_batch_size'), path
     init = cfg.model.backbone.get('init_cfg')
     if init:  # fine-tuned from the ImageNet checkpoint of the same join
         suffix = suffix_of(path)
