@@ -5,8 +5,8 @@ Wrong input ends a tool with one line on stderr and exit status 2
 (:func:`fail`), an OS error on the work dir too (no space, a quota, no
 permission, a read-only file system); under ``tools/dist_train.sh`` each
 rank also leaves its line in ``$MMLAPE_ERROR_DIR`` so that the script can
-end with the first rank's. A tool run as a command ends with status 143 on
-SIGTERM, without a traceback.
+end with the first rank's. A tool run as a command ends without a traceback
+with status 130 on Ctrl-C (SIGINT, one line on stderr) and 143 on SIGTERM.
 """
 import argparse
 import contextlib
@@ -15,6 +15,7 @@ import os
 import os.path as osp
 import signal
 import sys
+import tempfile
 import time
 import warnings
 from typing import Optional
@@ -30,8 +31,9 @@ from mmlape.utils.errors import ConfigError, InputError, one_line
 
 __all__ = [
     'CfgOptionsAction', 'ConfigError', 'InputError', 'ToolParser',
-    'UsageError', 'convert_file', 'fail', 'finish', 'int_at_least',
-    'load_config', 'positive_int', 'save_checkpoint_file', 'setup_runner'
+    'UsageError', 'check_output_path', 'convert_file', 'fail', 'finish',
+    'int_at_least', 'load_config', 'positive_int', 'save_checkpoint_file',
+    'setup_runner'
 ]
 
 #: Errors that building objects from a config raises for a bad config:
@@ -43,6 +45,12 @@ SETUP_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError)
 #: The work dir of the run this process set up (:func:`setup_runner`):
 #: :func:`fail` reports an OS error on it as one line.
 _WORK_DIR: Optional[str] = None
+#: What the line on Ctrl-C adds: what the stopped run leaves
+#: (:func:`setup_runner` sets it).
+_STOPPED = ''
+#: The process that installed the signal handlers (a DataLoader worker
+#: forked from it inherits them and leaves Ctrl-C to its parent).
+_MAIN_PID = os.getpid()
 
 
 class ToolParser(argparse.ArgumentParser):
@@ -273,14 +281,14 @@ def setup_runner(cfg, phases):
     optimizer, and build the runner, whose log files are watched
     (:class:`~mmlape.engine.hooks.WorkDirGuardHook`); a run on the CPU and
     the workers it starts are said once in its log."""
-    global _WORK_DIR
+    global _WORK_DIR, _STOPPED
     from mmengine.device import get_device
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
 
     import mmlape  # noqa: F401  (registers the models)
     from mmlape import hosts
-    from mmlape.apis import register_scope_modules
+    from mmlape.apis import check_run_values, register_scope_modules
     from mmlape.datasets.checks import (check_dataset_paths,
                                         use_checked_image_loading)
     from mmlape.datasets.labels import (check_dataset_labels,
@@ -297,6 +305,7 @@ def setup_runner(cfg, phases):
     hosts.quiet_host_notices()
     register_scope_modules(cfg)
     hosts.check_launcher_env(cfg.launcher)
+    check_run_values(cfg, phases)
     use_compile_hook(cfg)
     hosts.use_float32_mmcv_ops(cfg)
     unfused = fit_fused_optimizer(cfg, get_device())
@@ -305,6 +314,9 @@ def setup_runner(cfg, phases):
     if 'train' in phases and rank == 0:  # the ranks of a job share it
         lock_work_dir(cfg.work_dir)
     _WORK_DIR = cfg.work_dir
+    _STOPPED = (f'the checkpoints saved in "{cfg.work_dir}" are whole; '
+                f'--resume continues from the newest'
+                if 'train' in phases else 'nothing was evaluated')
     check_dataset_paths(cfg, phases)
     if rank == 0:  # reads every annotation once; its error stops the job
         check_dataset_labels(cfg, phases)
@@ -366,9 +378,18 @@ def finish():
 
 
 def _stop(signum, frame):
-    """End at once with ``128 + signum`` (143 for SIGTERM), as a stopped
-    job does, without a traceback: checkpoints are written atomically, so
-    nothing saved is lost."""
+    """End at once with ``128 + signum`` (130 for Ctrl-C, 143 for SIGTERM),
+    as a stopped job does, without a traceback: checkpoints are written
+    atomically, so nothing saved is lost. Ctrl-C says so in one line on
+    stderr. A process forked from the tool (a DataLoader worker) takes
+    Ctrl-C as Python does (its loop ends quietly; the tool reports)."""
+    if signum == signal.SIGINT and os.getpid() != _MAIN_PID:
+        signal.default_int_handler(signum, frame)
+    if signum == signal.SIGINT:
+        try:
+            print(interrupted_line(_STOPPED), file=sys.stderr)
+        except (OSError, ValueError, RuntimeError):
+            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -377,10 +398,15 @@ def _stop(signum, frame):
     os._exit(128 + signum)
 
 
+def interrupted_line(what: str = '') -> str:
+    """The line a tool ends with on Ctrl-C (exit status 130)."""
+    return f'interrupted (Ctrl-C){": " + what if what else ""}'
+
+
 def parse_common(parser, argv=None):
     """Add the flags train and test share, parse, and export LOCAL_RANK;
-    run as a command (``argv`` None), SIGTERM ends the tool with status
-    143."""
+    run as a command (``argv`` None), Ctrl-C ends the tool with one line
+    and status 130, SIGTERM with status 143."""
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -407,8 +433,62 @@ def parse_common(parser, argv=None):
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if argv is None:
+        global _MAIN_PID
+        _MAIN_PID = os.getpid()
         signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
     return args
+
+
+def check_output_path(path: str,
+                      option: str,
+                      folder: bool = False,
+                      where: Optional[str] = None) -> None:
+    """Refuse, before the run, an output the run would fail to write only
+    at its end (after the whole evaluation): ``--out`` (a file) is a
+    folder, or the folder it goes to (``where``, default ``path``'s own or
+    ``path`` itself with ``folder``) cannot be created or written. Nothing
+    is created: the first folder of the path that exists takes a temporary
+    file.
+
+    Args:
+        path (str): The path as given.
+        option (str): The option that gave it, for the message.
+        folder (bool): ``path`` is a folder (``--show-dir``). Defaults to
+            False.
+        where (str, optional): The folder the files go to, where a host
+            puts them elsewhere than ``path`` (under the work dir).
+
+    Raises:
+        UsageError: One line naming the option, the path and the cause.
+    """
+    if folder:
+        target = where or path
+        if osp.exists(target) and not osp.isdir(target):
+            raise UsageError(f'{option} "{path}": "{target}" is a file, not '
+                             f'a folder; choose a folder')
+    else:
+        if osp.isdir(path):
+            raise UsageError(f'{option} "{path}" is a folder; give a file '
+                             f'name, e.g. "{osp.join(path, "results.pkl")}"')
+        target = where or osp.dirname(path) or '.'
+    parent = osp.abspath(target)
+    while not osp.exists(parent) and osp.dirname(parent) != parent:
+        parent = osp.dirname(parent)
+    action = 'written' if parent == osp.abspath(target) else 'created'
+    if not osp.isdir(parent):
+        raise UsageError(f'{option} "{path}": folder "{target}" cannot be '
+                         f'created: "{parent}" is a file')
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise UsageError(f'{option} "{path}": folder "{target}" cannot be '
+                         f'{action}: {err.strerror or err}; choose a '
+                         f'folder you can write') from None
+    if not folder and osp.exists(path) and not os.access(path, os.W_OK):
+        raise UsageError(f'{option} "{path}" cannot be written: the file '
+                         f'is read-only; choose another name')
 
 
 def converter_parser(doc: str, formats, format_help: str, heads,

@@ -9,12 +9,23 @@ Example:
 import json
 import os
 import os.path as osp
+import signal
 import sys
+
+
+def _interrupted(signum, frame):
+    """Ctrl-C while the libraries load: one line, status 130."""
+    print('interrupted (Ctrl-C)', file=sys.stderr)
+    os._exit(130)
+
+
+if __name__ == '__main__':
+    signal.signal(signal.SIGINT, _interrupted)
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from tools.common import (ToolParser, UsageError, fail, finish, load_config,
-                          parse_common, setup_runner)
+from tools.common import (ToolParser, UsageError, check_output_path, fail,
+                          finish, load_config, parse_common, setup_runner)
 
 
 def parse_args(argv=None):
@@ -97,6 +108,15 @@ def use_tta(cfg):
     _innermost(dataset).pipeline = cfg.tta_pipeline
 
 
+def show_dir_folder(cfg, show_dir):
+    """Where the drawings go: ``show_dir`` itself (mmpretrain, mmseg), or
+    a folder of the run under the work dir (mmdet, for a relative path;
+    the run's time stamp comes between)."""
+    if cfg.default_scope == 'mmdet' and not osp.isabs(show_dir):
+        return osp.join(cfg.work_dir, show_dir)
+    return show_dir
+
+
 def add_show_dir(cfg, show_dir):
     hooks = cfg.setdefault('default_hooks', {})
     vis = hooks.get('visualization')
@@ -170,6 +190,12 @@ def main(argv=None):
         cfg.load_from = args.checkpoint
         if args.show_dir:
             add_show_dir(cfg, args.show_dir)
+            # written only as the test ends: refused now, not after it
+            check_output_path(
+                args.show_dir,
+                '--show-dir',
+                folder=True,
+                where=show_dir_folder(cfg, args.show_dir))
         if args.tta:
             use_tta(cfg)
         if args.amp:
@@ -177,6 +203,7 @@ def main(argv=None):
         if args.out:
             if not args.out.endswith(('.pkl', '.pickle')):
                 raise UsageError('--out must end with .pkl or .pickle')
+            check_output_path(args.out, '--out')
             evaluator = cfg.test_evaluator
             evaluator = (
                 list(evaluator)

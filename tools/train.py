@@ -8,8 +8,20 @@ Example:
     python tools/train.py configs/deit/deit-tiny-lape_4xb256_in1k.py
     tools/dist_train.sh configs/deit/deit-tiny-lape_4xb256_in1k.py 8
 """
+import os
 import os.path as osp
+import signal
 import sys
+
+
+def _interrupted(signum, frame):
+    """Ctrl-C while the libraries load: one line, status 130."""
+    print('interrupted (Ctrl-C)', file=sys.stderr)
+    os._exit(130)
+
+
+if __name__ == '__main__':
+    signal.signal(signal.SIGINT, _interrupted)
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -73,6 +85,16 @@ def build_cfg(args):
     return cfg
 
 
+def check_resume(model, source, cfg, runner):
+    """``--resume``: the checkpoint must be the config's model
+    (:func:`mmlape.apis.checked_checkpoint`) and the run's optimizer
+    settings those it was saved with (:func:`mmlape.apis.
+    check_resume_optimizer`)."""
+    from mmlape import apis
+    ckpt = apis.checked_checkpoint(model, source, '--resume', cfg)
+    apis.check_resume_optimizer(runner, ckpt, source, cfg)
+
+
 def fit_load_from(model, source):
     """``load_from`` decided before the run (:func:`mmlape.apis.
     fit_load_from`): a file of another layout loads converted, one that
@@ -89,11 +111,10 @@ def main(argv=None):
         cfg = build_cfg(args)
         phases = ('train', ) if args.no_validate else ('train', 'val')
         runner = setup_runner(cfg, phases)
-        from mmlape.apis import check_checkpoint_fits, note_finetune_sources
+        from mmlape.apis import note_finetune_sources
         from mmlape.engine.runner_setup import when_model_built
         if cfg.resume and cfg.load_from:
-            when_model_built(runner, check_checkpoint_fits, cfg.load_from,
-                             '--resume', cfg)
+            when_model_built(runner, check_resume, cfg.load_from, cfg, runner)
         elif cfg.load_from:
             when_model_built(runner, fit_load_from, cfg.load_from)
         note_finetune_sources(cfg)

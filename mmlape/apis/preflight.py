@@ -1,17 +1,21 @@
-"""A run's config before it starts: the scope of its host library, and
-``--cfg-options`` checked against the values they replace.
+"""A run's config before it starts: the scope of its host library,
+``--cfg-options`` checked against the values they replace, and values that
+only a later step of the run would refuse (:func:`check_run_values`).
 
 Each check raises an :class:`~mmlape.utils.errors.InputError` subclass
 where it looks at the input, so the tools report it as one line.
 """
 import importlib
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 from mmengine.config import Config
 
 from mmlape.utils.errors import ConfigError, UsageError
 
-__all__ = ['UsageError', 'merge_cfg_options', 'register_scope_modules']
+__all__ = [
+    'UsageError', 'check_run_values', 'merge_cfg_options',
+    'register_scope_modules'
+]
 
 
 def register_scope_modules(cfg: Config) -> str:
@@ -112,3 +116,56 @@ def merge_cfg_options(cfg: Config, options: Dict[str, Any]) -> None:
                 else str(err)
             raise ConfigError(f'--cfg-options {key}={value!r}: '
                               f'{reason}') from None
+
+
+# ----------------------------------------------------------------------
+# values a later step would refuse
+
+
+def _is_positive_int(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def check_run_values(cfg: Config, phases: Sequence[str]) -> None:
+    """Refuse at start the values that mmengine or torch refuse only once
+    the run is under way, after the model and the data are built: a batch
+    size of a phase's data loader that is not a positive integer (torch's
+    sampler, as the first batch is drawn) and, where the run validates, a
+    ``train_cfg.val_interval`` that is not one (mmengine's loop divides by
+    it at the first validation). ``None`` and absent keys are left to the
+    host, which takes them as it does.
+
+    Args:
+        cfg (Config): The run's config.
+        phases (Sequence[str]): What the run does: ``'train'``, ``'val'``,
+            ``'test'``.
+
+    Raises:
+        ConfigError: One line naming the key, the value and what is
+            allowed.
+
+    Example:
+        >>> check_run_values(Config(dict(train_cfg=dict(val_interval=0),
+        ...     val_cfg=dict(), val_dataloader=dict())), ('train', 'val'))
+        Traceback (most recent call last):
+        ...
+        mmlape.utils.errors.ConfigError: train_cfg.val_interval=0: expected a positive integer (validate every N iterations or epochs); to train without validating, pass --no-validate
+    """  # noqa: E501
+    validates = 'val' in phases and cfg.get('val_cfg') is not None
+    for phase in phases:
+        if phase == 'val' and not validates:
+            continue
+        loader = cfg.get(f'{phase}_dataloader')
+        size = loader.get('batch_size') if isinstance(loader, dict) else None
+        if size is not None and not _is_positive_int(size):
+            raise ConfigError(f'{phase}_dataloader.batch_size={size!r}: '
+                              f'expected a positive integer (samples per '
+                              f'batch on each process)')
+    train_cfg = cfg.get('train_cfg')
+    if 'train' in phases and validates and isinstance(train_cfg, dict):
+        interval = train_cfg.get('val_interval')
+        if interval is not None and not _is_positive_int(interval):
+            raise ConfigError(
+                f'train_cfg.val_interval={interval!r}: expected a positive '
+                f'integer (validate every N iterations or epochs); to train '
+                f'without validating, pass --no-validate')

@@ -42,6 +42,21 @@ def _checkpoint_naming(cfg: Config) -> Tuple[str, str]:
     return folder, tmpl
 
 
+def _read_record(work_dir: str, record: str) -> Tuple[Optional[str], str]:
+    """What ``last_checkpoint`` names, read as mmengine reads it, and why
+    it cannot be read ('' when it can): bytes that are not text in the
+    locale's encoding (a damaged file), or an OS error."""
+    if not osp.isfile(record):
+        return None, ''
+    try:
+        return find_latest_checkpoint(work_dir) or None, ''
+    except UnicodeDecodeError as err:
+        return None, (f'byte {err.object[err.start:err.start + 1]!r} at '
+                      f'{err.start} is not {err.encoding} text')
+    except OSError as err:
+        return None, err.strerror or str(err)
+
+
 def find_resume_checkpoint(cfg: Config) -> Optional[str]:
     """The newest complete checkpoint of ``cfg``'s work dir (named by the
     checkpoint hook's ``filename_tmpl``), whatever ``last_checkpoint`` says;
@@ -50,7 +65,8 @@ def find_resume_checkpoint(cfg: Config) -> Optional[str]:
 
     Raises:
         CheckpointError: ``last_checkpoint`` names a file that is missing or
-            incomplete, and no other complete checkpoint exists.
+            incomplete, or cannot be read (not text), and no other complete
+            checkpoint exists.
     """
     folder, tmpl = _checkpoint_naming(cfg)
     head, _, tail = tmpl.partition('{}')
@@ -61,11 +77,17 @@ def find_resume_checkpoint(cfg: Config) -> Optional[str]:
         if match:
             found.append((int(match.group(1)), osp.join(folder, name)))
     record = osp.join(cfg.work_dir, 'last_checkpoint')
-    named = (find_latest_checkpoint(cfg.work_dir)
-             if osp.isfile(record) else None) or None
+    named, unreadable = _read_record(cfg.work_dir, record)
     for _, path in sorted(found, reverse=True):
         if is_complete_checkpoint(path):
-            if named and osp.abspath(named) != osp.abspath(path):
+            if unreadable:
+                print_log(
+                    f'--resume: "{record}" cannot be read ({unreadable}); '
+                    f'resuming from "{path}", the newest complete '
+                    f'checkpoint',
+                    logger='current',
+                    level=30)
+            elif named and osp.abspath(named) != osp.abspath(path):
                 print_log(
                     f'--resume: last_checkpoint names "{named}"; resuming '
                     f'from "{path}", the newest complete checkpoint',
@@ -75,6 +97,12 @@ def find_resume_checkpoint(cfg: Config) -> Optional[str]:
             f'--resume: skipping "{path}", an incomplete checkpoint',
             logger='current',
             level=30)
+    if unreadable:
+        raise CheckpointError(
+            f'--resume: "{record}" cannot be read ({unreadable}); it should '
+            f'hold the path of the checkpoint to resume, and "{folder}" has '
+            f'no complete checkpoint. Delete it to start from the '
+            f'beginning, or pass a checkpoint (--resume PATH)')
     if named is None:
         print_log(
             f'--resume: no checkpoint in "{folder}" yet; the run starts '

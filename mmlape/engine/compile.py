@@ -26,8 +26,9 @@ from mmlape.registry import HOOKS
 from mmlape.utils.errors import ConfigError
 
 __all__ = [
-    'CompileHook', 'compile_targets', 'compile_unavailable', 'graph_count',
-    'inductor_cache_dir', 'recompile_limit_name', 'use_compile_hook'
+    'CompileHook', 'check_compile_options', 'compile_targets',
+    'compile_unavailable', 'graph_count', 'inductor_cache_dir',
+    'inductor_modes', 'recompile_limit_name', 'use_compile_hook'
 ]
 
 #: The encoder blocks a regional compile compiles.
@@ -92,6 +93,64 @@ def inductor_cache_dir() -> str:
     return cache_dir()
 
 
+def _known_backends() -> List[str]:
+    import torch._dynamo as dynamo
+    return sorted(set(dynamo.list_backends(exclude_tags=())))
+
+
+def inductor_modes() -> List[str]:
+    """The modes torch.compile's inductor backend takes (``mode=None`` is
+    its default), as this torch lists them."""
+    try:
+        from torch._inductor import list_mode_options
+    except ImportError:  # an older torch: the modes of its documentation
+        return [
+            'default', 'reduce-overhead', 'max-autotune',
+            'max-autotune-no-cudagraphs'
+        ]
+    return list(list_mode_options())
+
+
+def check_compile_options(backend: str = 'inductor',
+                          mode: Optional[str] = None,
+                          dynamic: Optional[bool] = None,
+                          regional: Union[bool, str] = 'auto',
+                          **others) -> None:
+    """Refuse, before the run, the ``compile`` options that torch refuses
+    only when the first step compiles: a backend it does not have, a mode
+    the inductor backend does not know (the other backends ignore the mode,
+    with a warning of torch's, and so are let be), a ``dynamic`` other than
+    True, False or None; and a ``regional`` other than True, False or
+    ``'auto'``.
+
+    Raises:
+        ConfigError: One line naming the key, the value and what is
+            allowed.
+
+    Example:
+        >>> check_compile_options(mode='turbo')
+        Traceback (most recent call last):
+        ...
+        mmlape.utils.errors.ConfigError: compile.mode='turbo' is not a mode of torch.compile's inductor backend; choose one of ['default', 'lite', 'reduce-overhead', 'max-autotune-no-cudagraphs', 'max-autotune'] or None
+    """  # noqa: E501
+    if regional not in (True, False, 'auto'):
+        raise ConfigError(f'compile.regional={regional!r}: expected '
+                          f"True, False or 'auto'")
+    known = _known_backends()
+    if backend not in known:
+        raise ConfigError(f'compile.backend={backend!r} is not a '
+                          f'torch.compile backend; choose one of {known}')
+    if backend == 'inductor' and mode is not None and \
+            mode not in inductor_modes():
+        raise ConfigError(f'compile.mode={mode!r} is not a mode of '
+                          f"torch.compile's inductor backend; choose one of "
+                          f'{inductor_modes()} or None')
+    if not (dynamic is None or isinstance(dynamic, bool)):
+        raise ConfigError(f'compile.dynamic={dynamic!r}: expected True, '
+                          f'False or None (torch.compile\'s dynamic shapes: '
+                          f'always, never, or after a shape changes)')
+
+
 def compile_targets(
         model: nn.Module,
         regional: Union[bool, str] = 'auto',
@@ -150,13 +209,8 @@ class CompileHook(Hook):
                  fullgraph: bool = False,
                  regional: Union[bool, str] = 'auto',
                  recompile_limit: int = 16) -> None:
-        if regional not in (True, False, 'auto'):
-            raise ConfigError(f'compile.regional={regional!r}: expected '
-                              f"True, False or 'auto'")
-        known = self._known_backends()
-        if backend not in known:
-            raise ConfigError(f'compile.backend={backend!r} is not a '
-                              f'torch.compile backend; choose one of {known}')
+        check_compile_options(
+            backend=backend, mode=mode, dynamic=dynamic, regional=regional)
         self.options = dict(
             backend=backend, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
         self.regional = regional
@@ -234,11 +288,6 @@ class CompileHook(Hook):
         return ', '.join(f'{k}={v}' for k, v in self.options.items()
                          if v is not None and v is not False)
 
-    @staticmethod
-    def _known_backends() -> List[str]:
-        import torch._dynamo as dynamo
-        return sorted(set(dynamo.list_backends(exclude_tags=())))
-
     def _log_new_graphs(self, runner, where: str) -> None:
         if not self.active:
             return
@@ -287,6 +336,7 @@ def use_compile_hook(cfg) -> bool:
                           f'dict of options')
     options: Dict = {} if value is True else dict(value)
     options.pop('type', None)
+    check_compile_options(**options)
     hooks = [h for h in hooks if h.get('type') != 'CompileHook']
     hooks.append(dict(type='CompileHook', **options))
     cfg.custom_hooks = hooks

@@ -113,7 +113,6 @@ def test_tool_reports_missing_source(tmp_path, capsys):
 @pytest.mark.parametrize('argv,match', [
     (['--head', 'vit'], "--head vit is not one of the swin family's"),
     (['--format', 'timm'], "--format timm is not one of the swin family's"),
-    (['--config', 'c.py'], '--config is an option of --family vit'),
     (['--no-ema'], '--no-ema is an option of --family vit-family'),
 ])
 def test_one_converter_takes_each_family_s_options_only(

@@ -25,6 +25,12 @@ It writes an mmengine-style checkpoint (``state_dict`` with ``backbone.``
 keys) that loads into an mmlape classifier, detector or segmentor, or into
 a dense backbone with
 ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix='backbone.')``.
+An mmlape checkpoint keeps the config its run recorded (``meta['cfg']``):
+the weights cannot show the join (``Default`` and ``Share`` have the same
+keys), so ``tools/test.py`` and ``--resume`` still check the converted file
+against their config. ``--config`` (every family) refuses a config whose
+backbone contradicts what the file records (an mmlape run's config, an
+official LaPE run).
 
 Example:
     python tools/convert/to_mmlape.py --family vit deit_tiny_lape.pth \
@@ -65,9 +71,10 @@ def parse_args(argv=None):
         'and mmseg ViTs), vit-family (T2T-ViT, CeiT, ViT-Lite, CCT) or swin')
     parser.add_argument(
         '--config',
-        help='vit: the mmlape config the checkpoint is for: refused when its '
-        'backbone contradicts the official LaPE run the file records (PE '
-        'type, join, hierarchical)')
+        help='the mmlape config the checkpoint is for: refused when its '
+        'backbone contradicts the model the file records (an mmlape run\'s '
+        'config, an official LaPE run: backbone type, PE type, join and its '
+        'options)')
     parser.add_argument(
         '--no-ema',
         action='store_true',
@@ -79,10 +86,8 @@ def parse_args(argv=None):
         if value is not None and value not in allowed:
             parser.error(f'{option} {value} is not one of the {args.family} '
                          f'family\'s: {list(allowed)}')
-    for option, given, owner in (('--config', args.config, 'vit'),
-                                 ('--no-ema', args.no_ema, 'vit-family')):
-        if given and args.family != owner:
-            parser.error(f'{option} is an option of --family {owner}')
+    if args.no_ema and args.family != 'vit-family':
+        parser.error('--no-ema is an option of --family vit-family')
     return args
 
 
@@ -154,8 +159,9 @@ def main(argv=None) -> int:
         if family is VIT:
             return convert_vit(args, src)
         options = dict(use_ema=not args.no_ema) if family is VIT_FAMILY else {}
+        backbone = config_backbone(args.config) if args.config else None
         return family.convert_checkpoint(
-            src, fmt=args.format, head=args.head, **options)
+            src, fmt=args.format, head=args.head, backbone=backbone, **options)
 
     ckpt = convert_file(args.src, args.dst, args.force, convert)
     if ckpt is None:

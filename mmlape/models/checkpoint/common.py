@@ -18,9 +18,11 @@ import torch
 from mmengine.logging import print_log
 from torch import Tensor
 
+from mmlape.utils.errors import CheckpointError
 from mmlape.utils.safe_load import load_checkpoint
 from ..layers.pos_embed import resize_pos_embed
-from .recorded import another_model, model_differences, recorded_backbone
+from .recorded import (another_model, model_differences, recorded_backbone,
+                       recorded_run_config)
 
 __all__ = [
     'check_pe_norms', 'describe_keys', 'BACKBONE_PREFIX', 'FROM_DEFAULT',
@@ -112,7 +114,8 @@ def select_backbone(state_dict: Mapping,
             plus its head). Defaults to None.
 
     Raises:
-        ValueError: An explicit ``prefix`` that no key has.
+        CheckpointError: An explicit ``prefix`` that no key has (a
+            ``ValueError``, as every refusal of a checkpoint here).
     """
     if prefix is None:
         if any(k.startswith(BACKBONE_PREFIX) for k in state_dict):
@@ -120,10 +123,11 @@ def select_backbone(state_dict: Mapping,
         return OrderedDict(state_dict)
     selected = strip_prefix(state_dict, prefix)
     if not selected:
-        raise ValueError(f'the checkpoint has no keys under prefix '
-                         f'"{prefix}" (keys start e.g. with '
-                         f'{sorted({k.split(".")[0] for k in state_dict})[:5]}'
-                         f')')
+        raise CheckpointError(
+            f'the checkpoint has no keys under prefix '
+            f'"{prefix}" (keys start e.g. with '
+            f'{sorted({k.split(".")[0] for k in state_dict})[:5]}'
+            f')')
     return selected
 
 
@@ -137,7 +141,7 @@ def rename_keys(state_dict: Mapping,
     matching a ``dropped`` pattern (rebuilt buffers) are left out.
 
     Raises:
-        ValueError: A key no rule matches.
+        CheckpointError: A key no rule matches.
     """
     out = OrderedDict()
     for key, value in state_dict.items():
@@ -148,8 +152,8 @@ def rename_keys(state_dict: Mapping,
                 out[re.sub(pattern, repl, key)] = value
                 break
         else:
-            raise ValueError(f'Cannot convert key "{key}" of {source} '
-                             f'checkpoint: mmlape has no counterpart')
+            raise CheckpointError(f'Cannot convert key "{key}" of {source} '
+                                  f'checkpoint: mmlape has no counterpart')
     return out
 
 
@@ -190,10 +194,10 @@ def check_pe_width(src: Tensor, shape: Tuple[int, ...], key: str) -> None:
     """Refuse a PE that is not ``(P, rows, C)`` with the model's ``C``.
 
     Raises:
-        ValueError: Names the key and both shapes.
+        CheckpointError: Names the key and both shapes.
     """
     if src.dim() != 3 or src.shape[-1] != shape[-1]:
-        raise ValueError(
+        raise CheckpointError(
             f'Checkpoint does not fit: its {key} has shape '
             f'{tuple(src.shape)} but this model has {tuple(shape)} '
             f'(embed_dims {shape[-1]}). Use a checkpoint of the same width.')
@@ -218,7 +222,7 @@ def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
     if found == sorted(owners):
         return
     if not found:
-        raise ValueError(
+        raise CheckpointError(
             f'Checkpoint does not fit the join: it is a default-join '
             f'checkpoint (no PE norms) but this model (pe_join.type='
             f'{join!r}) has them in {len(owners)} blocks. To fine-tune '
@@ -226,7 +230,7 @@ def check_pe_norms(state_dict: Mapping, owners: Sequence[str],
             f'backbone\'s init_cfg (the PE norms start fresh; the papers '
             f'train each join from scratch), or initialise from a '
             f'checkpoint trained with the same join.')
-    raise ValueError(
+    raise CheckpointError(
         f'Checkpoint does not fit the join: it has PE norms in '
         f'{len(found)} blocks but this model (pe_join.type={join!r}) '
         f'has them in {len(owners)}. Initialise from a checkpoint '
@@ -286,7 +290,8 @@ def fit_patch_rows(src: Tensor, num_extra: int, grid: Tuple[int, int],
         tuple[Tensor, list[str]]: The PE and a note when it was resized.
 
     Raises:
-        ValueError: Patch rows of another count that are not a square grid.
+        CheckpointError: Patch rows of another count that are not a square
+            grid.
     """
     n = src.shape[1] - num_extra
     grid = tuple(grid)
@@ -294,7 +299,7 @@ def fit_patch_rows(src: Tensor, num_extra: int, grid: Tuple[int, int],
         return src, []
     side = math.isqrt(n)
     if side * side != n:
-        raise ValueError(
+        raise CheckpointError(
             f'Checkpoint does not fit: after its extra rows, {key} has '
             f'{n} patch rows, which is not a square grid; cannot resize '
             f'it to this model\'s {grid[0]}x{grid[1]} grid')
@@ -316,7 +321,8 @@ def load_and_report(module: torch.nn.Module,
                     fresh_join: Optional[str] = None) -> None:
     """Load a converted backbone state dict (not strictly), logging the
     missing, unexpected and new (``new_key_pattern``) keys; a shape that
-    does not fit is a ValueError naming the file.
+    does not fit is a :class:`~mmlape.utils.errors.CheckpointError` naming
+    the file.
 
     ``fresh_join`` (a join's name) says that the file is a default-join
     one starting that join: one line then lists what loaded and the join's
@@ -325,8 +331,8 @@ def load_and_report(module: torch.nn.Module,
     try:
         missing, unexpected = module.load_state_dict(state_dict, strict=False)
     except (RuntimeError, ValueError) as err:
-        raise ValueError(f'Checkpoint "{checkpoint}" does not fit this '
-                         f'{type(module).__name__}: {err}') from None
+        raise CheckpointError(f'Checkpoint "{checkpoint}" does not fit this '
+                              f'{type(module).__name__}: {err}') from None
     fresh = [k for k in missing if fresh_join and JOIN_KEY.search(k)]
     new = [
         k for k in missing
@@ -432,8 +438,8 @@ class CheckpointFamily:
         recorded = recorded_backbone(dict(meta=converted.meta))
         wrong = model_differences(recorded[1], module) if recorded else []
         if wrong:
-            raise ValueError('it ' +
-                             another_model(wrong, recorded[0], 'backbone'))
+            raise CheckpointError(
+                'it ' + another_model(wrong, recorded[0], 'backbone'))
 
     def read(self, checkpoint: Mapping, **options) -> Dict[str, Tensor]:
         """The state dict a loaded file holds (see
@@ -466,8 +472,14 @@ class CheckpointFamily:
                            checkpoint: Mapping,
                            fmt: Optional[str] = None,
                            head: Optional[str] = None,
+                           backbone: Any = None,
                            **options) -> Dict:
         """A whole checkpoint to an mmlape (mmengine-style) one.
+
+        The config an mmlape run recorded (``meta['cfg']``, see
+        :func:`~.recorded.recorded_run_config`) is kept: the weights cannot
+        show the join (``Default`` and ``Share`` have the same keys), so
+        the converted file is checked against a config as the source is.
 
         Args:
             checkpoint (Mapping): The loaded file, of any layout the family
@@ -476,11 +488,19 @@ class CheckpointFamily:
             head (str, optional): Where a bare model's classifier goes (a
                 key of :attr:`heads`); an OpenMMLab model's other parts are
                 kept. Defaults to :attr:`default_head`.
+            backbone (optional): A config's backbone (a config dict or the
+                built module): a file whose recorded model is another is
+                refused. Defaults to None.
             **options: For :meth:`read` (e.g. ``use_ema``).
 
         Returns:
             dict: ``{'state_dict': {'backbone.*': ..., ...}, 'meta':
-            {'converted_from': fmt, 'layout': name, 'notes': [...]}}``.
+            {'converted_from': fmt, 'layout': name, 'notes': [...]}}``,
+            ``meta['cfg']`` kept from an mmlape run's file.
+
+        Raises:
+            CheckpointError: The recorded model is not ``backbone`` (one
+                line naming each difference with both values).
         """
         head = self.default_head if head is None else head
         if head not in self.heads:
@@ -501,13 +521,22 @@ class CheckpointFamily:
                               for k in conv.head)
             conv.notes.append(f'the classifier went to the model\'s head '
                               f'(head={head!r}): {moved}')
-        return dict(
-            state_dict=out,
-            meta=dict(
-                converted_from=fmt,
-                layout=conv.layout.name,
-                notes=conv.notes,
-                **conv.meta))
+        meta = dict(
+            converted_from=fmt,
+            layout=conv.layout.name,
+            notes=conv.notes,
+            **conv.meta)
+        recorded_cfg = recorded_run_config(checkpoint)
+        if recorded_cfg is not None:
+            meta['cfg'] = recorded_cfg
+        converted = dict(state_dict=out, meta=meta)
+        recorded = recorded_backbone(converted)
+        wrong = model_differences(recorded[1], backbone) \
+            if recorded and backbone is not None else []
+        if wrong:
+            raise CheckpointError('the checkpoint ' +
+                                  another_model(wrong, recorded[0]))
+        return converted
 
     def load(self,
              module: torch.nn.Module,
@@ -536,8 +565,11 @@ class CheckpointFamily:
                 Defaults to False.
 
         Raises:
-            ValueError: No keys under ``prefix``, another join, or a
-                checkpoint that does not fit (the message says why).
+            CheckpointError: No keys under ``prefix``, a layout the family
+                does not read, another join or architecture, or a
+                checkpoint that does not fit (the message says why). An
+                input error, so the tools end with its one line wherever
+                it surfaces (``init_cfg`` loads inside ``runner.train()``).
         """
         ckpt = load_checkpoint(checkpoint, 'cpu')
         join = getattr(spec, 'join', 'Default')
@@ -547,7 +579,7 @@ class CheckpointFamily:
             if join_from_default:
                 own = [k for k in conv.state_dict if JOIN_KEY.search(k)]
                 if own:
-                    raise ValueError(
+                    raise CheckpointError(
                         f'{FROM_DEFAULT}=True starts a join from a '
                         f'default-join checkpoint, but this one has the '
                         f'keys of a join ({describe_keys(own)}); drop '
@@ -556,7 +588,8 @@ class CheckpointFamily:
                 self.check(conv.state_dict, spec)
             self.check_model(conv, module)
         except ValueError as err:
-            raise ValueError(f'Checkpoint "{checkpoint}": {err}') from None
+            raise CheckpointError(
+                f'Checkpoint "{checkpoint}": {err}') from None
         print_log(
             f'"{checkpoint}" is a {conv.layout.describe()}', logger='current')
         for note in conv.notes:

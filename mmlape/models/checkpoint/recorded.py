@@ -18,7 +18,8 @@ from .official_lape import OfficialRun, options_text
 
 __all__ = [
     'COMPARED_FIELDS', 'another_model', 'model_differences',
-    'recorded_backbone', 'recorded_model'
+    'recorded_backbone', 'recorded_model', 'recorded_run_config',
+    'recorded_setting'
 ]
 
 #: What the weights cannot show, compared in this order.
@@ -33,12 +34,17 @@ class _Text(str):
 
 
 def _literal(node: ast.AST) -> Any:
-    """``node``'s value where it is a literal or ``dict(...)``, else its
+    """``node``'s value where it is a literal or ``dict(...)`` (mmengine
+    writes a dict whose keys are no names as ``dict({...})``), else its
     source text; nothing is run."""
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id == 'dict' and not node.args
+            and node.func.id == 'dict' and len(node.args) <= 1
             and all(kw.arg for kw in node.keywords)):
-        return {kw.arg: _literal(kw.value) for kw in node.keywords}
+        first = _literal(node.args[0]) if node.args else {}
+        if isinstance(first, dict):
+            return dict(first,
+                        **{kw.arg: _literal(kw.value)
+                           for kw in node.keywords})
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [_literal(e) for e in node.elts]
         return items if isinstance(node, ast.List) else tuple(items)
@@ -53,14 +59,15 @@ def _literal(node: ast.AST) -> Any:
         return _Text(ast.unparse(node))
 
 
-def recorded_model(meta_cfg: Any) -> Optional[dict]:
-    """The ``model`` dict of a recorded config text (``meta['cfg']``), or
-    None. Literals, containers and ``dict(...)`` are evaluated; any other
-    expression stays as its text.
+def recorded_setting(meta_cfg: Any, name: str) -> Any:
+    """The top-level entry ``name`` of a recorded config text
+    (``meta['cfg']``), or None. Literals, containers and ``dict(...)`` are
+    evaluated; any other expression stays as its text; nothing is run.
 
     Example:
-        >>> recorded_model("model = dict(backbone=dict(type='LaPEViT'))")
-        {'backbone': {'type': 'LaPEViT'}}
+        >>> recorded_setting("optim_wrapper = dict(optimizer=dict("
+        ...                  "type='SGD', lr=0.1))", 'optim_wrapper')
+        {'optimizer': {'type': 'SGD', 'lr': 0.1}}
     """
     try:
         tree = ast.parse(meta_cfg) if isinstance(meta_cfg, str) else None
@@ -68,9 +75,41 @@ def recorded_model(meta_cfg: Any) -> Optional[dict]:
         tree = None
     for node in tree.body if tree else []:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and getattr(node.targets[0], 'id', None) == 'model'):
-            model = _literal(node.value)
-            return model if isinstance(model, dict) else None
+                and getattr(node.targets[0], 'id', None) == name):
+            return _literal(node.value)
+    return None
+
+
+def recorded_model(meta_cfg: Any) -> Optional[dict]:
+    """The ``model`` dict of a recorded config text (``meta['cfg']``), or
+    None (see :func:`recorded_setting`).
+
+    Example:
+        >>> recorded_model("model = dict(backbone=dict(type='LaPEViT'))")
+        {'backbone': {'type': 'LaPEViT'}}
+    """
+    model = recorded_setting(meta_cfg, 'model')
+    return model if isinstance(model, dict) else None
+
+
+def recorded_run_config(ckpt: Any) -> Optional[str]:
+    """The config text (``meta['cfg']``) of a checkpoint that an mmlape
+    run saved (its ``model.backbone`` one of mmlape's classes), else None:
+    a converter keeps it, so that the converted file still says which
+    model it is. Another library's run (an mmpretrain
+    ``VisionTransformer``) records a model the converted keys no longer
+    are, and is not kept."""
+    meta = ckpt.get('meta') if isinstance(ckpt, Mapping) else None
+    text = meta.get('cfg') if isinstance(meta, Mapping) else None
+    backbone = (recorded_model(text) or {}).get('backbone')
+    if not isinstance(backbone, dict) or not backbone.get('type'):
+        return None
+    try:
+        cls = MODELS.get(str(backbone['type']).split('.')[-1])
+    except KeyError:
+        cls = None
+    if isinstance(cls, type) and cls.__module__.startswith('mmlape.'):
+        return text
     return None
 
 
