@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 COMPAT_PAIR ?= cu12
 COMPAT_VENV ?= .venv-torch-$(COMPAT_PAIR)
 
-.PHONY: install demo test test-compat test-quick test-fast doctest lint format
+.PHONY: install demo test test-compat test-quick test-fast doctest lint format docs
 
 install:
 	bash scripts/install.sh
@@ -22,13 +22,18 @@ lint:
 	$(PYTHON) -m yapf --diff --recursive mmlape tools tests configs benchmarks scripts setup.py
 	lint-imports
 
+# The documentation site (mkdocs.yml) into site/, strictly: a broken link
+# or anchor, or any other warning, fails.
+docs:
+	$(PYTHON) -m mkdocs build --strict --quiet
+
 format:
 	$(PYTHON) -m isort mmlape tools tests configs benchmarks scripts setup.py
 	$(PYTHON) -m yapf --in-place --recursive mmlape tools tests configs benchmarks scripts setup.py
 
 # CI: everything, the docstring examples included, then the quick suite on
 # the second supported torch.
-test: install lint
+test: install lint docs
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider
 	$(MAKE) test-compat

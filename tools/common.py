@@ -339,6 +339,12 @@ def setup_runner(cfg, phases):
     hosts.quiet_logger(runner.logger)
     for note in notes:
         runner.logger.info(note)
+    if 'train' in phases:
+        from mmlape.engine.batch_recipe import describe_batch
+        batch, warning = describe_batch(cfg, runner.world_size)
+        runner.logger.info(batch)
+        if warning:
+            runner.logger.warning(warning)
     if unfused:
         runner.logger.warning(unfused)
     if workers:

@@ -1,7 +1,8 @@
-"""The README's drop-in examples, read from the README and built as written.
+"""The drop-in examples, read from the docs and built as written.
 
-Each python block of the README section "Drop-in: change the type in a
-config you have" is a whole config: a host config by ``_base_`` with only
+Each python block of the section "Drop-in: change the type in a config
+you have" (docs/configs.md), and the README's quick-start config, is a
+whole config: a host config by ``_base_`` with only
 the backbone type swapped and a join added. Each is written to a file,
 read by mmengine's ``Config`` and built by the host's registry; the built
 backbone is the named mmlape class with the named join and the host
@@ -21,6 +22,7 @@ import mmlape  # noqa: F401  (registers the backbones, mmlape:: bases)
 from mmlape.registry import MODELS
 
 SECTION = '### Drop-in: change the type in a config you have'
+PAGE = osp.join(ROOT, 'docs', 'configs.md')
 #: What each host config's backbone is, as the host's own config states it.
 HOST_WIDTH = {
     'deit/deit-tiny_4xb256_in1k.py':
@@ -40,7 +42,7 @@ HOST_WIDTH = {
 
 
 def _section() -> str:
-    with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as f:
+    with open(PAGE, encoding='utf-8') as f:
         text = f.read()
     start = text.index(SECTION) + len(SECTION)
     end = re.compile(r'^#{2,3} ', re.M).search(text, start).start()
@@ -49,8 +51,14 @@ def _section() -> str:
 
 def _examples():
     blocks = re.findall(r'```python\n(.*?)```', _section(), flags=re.S)
-    assert blocks, 'no example in the README section'
-    return {block.splitlines()[0].lstrip('# '): block for block in blocks}
+    assert blocks, 'no example in the docs section'
+    with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as f:
+        readme = re.findall(r'```python\n(# my_.*?)```', f.read(), flags=re.S)
+    assert len(readme) == 1, 'the README\'s quick-start config'
+    return {
+        block.splitlines()[0].lstrip('# '): block
+        for block in blocks + readme
+    }
 
 
 EXAMPLES = _examples()

@@ -4,8 +4,9 @@ References:
     ``Default``: ViT/DeiT. ``Share``/``Unshare``: the LaPE paper's
     baselines. ``LaPE``: Yu et al., "LaPE: Layer-adaptive Position
     Embedding for Vision Transformers with Independent Layer
-    Normalization", ICCV 2023. ``PVG``/``MPVG``: Lee, Ham, Kim, "Position
-    Vector Guidance ...", AAAI 2025. The equations, in the code's names:
+    Normalization", ICCV 2023. ``PVG``/``MPVG``: Lee, Ham, Kim,
+    "Maximizing the Position Embedding for Vision Transformers with Global
+    Average Pooling", AAAI 2025. The equations, in the code's names:
     docs/methods.md.
 
 A join turns the raw PE into a :class:`~.pe_plan.PEPlan` (what is added
