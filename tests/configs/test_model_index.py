@@ -52,7 +52,9 @@ def test_every_config_has_exactly_one_entry():
         family = m['Config'].split('/')[1]
         assert COLLECTIONS[m['In Collection']]['Name'] == (
             model_index.FAMILIES[family][0])
-        assert m['Weights'] is None  # mmlape releases no weights
+        # null, or the URL of a published checkpoint (publish.py)
+        assert m['Weights'] is None or model_index.is_weights_url(
+            m['Weights']), m['Weights']
         meta = m['Metadata']
         assert isinstance(meta['Parameters'], int) and meta['Parameters'] > 0
         assert isinstance(meta['FLOPs'], int) and meta['FLOPs'] > 0
@@ -267,3 +269,75 @@ def test_parameters_are_counted_as_the_papers_count_them():
     assert model_index.head_parameters(
         'configs/ceit/ceit-tiny_4xb256_in1k.py') == 192 * 1000 + 1000
     assert model_index.head_parameters(SAMPLE[1]) is None  # UperNet
+
+
+def test_weights_urls_are_kept(tmp_path, monkeypatch, capsys):
+    """A ``Weights:`` URL pasted into an entry (from
+    ``tools/convert/publish.py``) survives the rewrite and passes
+    ``--check``; a placeholder is refused in one line, not written over
+    (the demo family, in a copy of the tree)."""
+    import shutil
+    (tmp_path / 'configs').mkdir()
+    shutil.copytree(
+        osp.join(ROOT, 'configs', 'demo'), tmp_path / 'configs' / 'demo')
+    shutil.copy(osp.join(ROOT, 'model-index.yml'), tmp_path)
+    monkeypatch.setattr(model_index, 'ROOT', str(tmp_path))
+    monkeypatch.setattr(model_index, 'FAMILIES',
+                        {'demo': model_index.FAMILIES['demo']})
+    # each run reads and counts afresh (mmengine reads mmpretrain's whole
+    # model index for each config): once is enough here
+    import copy
+
+    from mmengine.config import Config
+    read, fromfile = {}, Config.fromfile
+    counted, count_all = {}, model_index.count_all
+
+    def read_once(path, *args, **kwargs):
+        if path not in read:
+            read[path] = fromfile(path, *args, **kwargs)
+        return copy.deepcopy(read[path])
+
+    def count_once(config, flops=True, cache=None):
+        if (config, flops) not in counted:
+            counted[config, flops] = count_all(config, flops)
+        return counted[config, flops]
+
+    monkeypatch.setattr(Config, 'fromfile', staticmethod(read_once))
+    monkeypatch.setattr(model_index, 'count_all', count_once)
+    meta = tmp_path / 'configs' / 'demo' / 'metafile.yml'
+    assert model_index.main([]) == 0
+    generated = meta.read_text()
+    assert model_index.main(['--check']) == 0
+    name = 'deit-demo_pos-shapes'
+    url = f'https://example.org/mmlape/{name}-0123abcd.pth'
+    entry = f'- Name: {name}\n'
+    head, tail = generated.split(entry)
+    pasted = head + entry + tail.replace('  Weights: null',
+                                         f'  Weights: {url}', 1)
+    meta.write_text(pasted)
+    assert model_index.main(['--check']) == 0  # not stale
+    assert model_index.main([]) == 0
+    assert meta.read_text() == pasted  # kept
+    models = {m['Name']: m for m in yaml.safe_load(pasted)['Models']}
+    assert models[name]['Weights'] == url
+    assert all(m['Weights'] is None for n, m in models.items() if n != name)
+    # publish.py's placeholder, pasted as it is: refused, the file kept
+    placeholder = pasted.replace('https://example.org/mmlape', '<URL-PREFIX>')
+    meta.write_text(placeholder)
+    capsys.readouterr()
+    for args in ([], ['--check']):
+        assert model_index.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith('error: configs/demo/metafile.yml: the '
+                              f'Weights of "{name}" is not a URL')
+        assert '\n' not in err
+        assert meta.read_text() == placeholder
+    # the URL of a config that is gone is dropped, and said so
+    gone = 'deit-demo-mpvg_pos-shapes'
+    head, tail = generated.split(f'- Name: {gone}\n')
+    meta.write_text(head + f'- Name: {gone}\n' +
+                    tail.replace('  Weights: null', f'  Weights: {url}', 1))
+    (tmp_path / 'configs' / 'demo' / f'{gone}.py').unlink()
+    assert model_index.main([]) == 0
+    assert url not in meta.read_text()
+    assert f'no config is named "{gone}"' in capsys.readouterr().err

@@ -27,8 +27,17 @@ searched by PE.
 
 Results are the papers' PUBLISHED numbers, given only where a paper reports
 a number for exactly that config; each result carries ``Published: true``
-and the table it comes from. mmlape releases no weights and has not
-reproduced these numbers (``Weights: null``).
+and the table it comes from. mmlape has not reproduced these numbers.
+
+``Weights`` is null unless a checkpoint of the config has been published:
+``tools/convert/publish.py`` prints the ``Weights: <URL>`` line to paste
+into the config's entry, and this tool keeps the URL an entry has (in the
+rewrite and in ``--check``); ``get_model('mmlape::<name>',
+pretrained=True)`` then loads it. A ``Weights`` value that is not a URL
+(``scheme://...``; publish.py's ``<URL-PREFIX>`` placeholder) is refused
+in one line (exit status 2), as is a metafile that is no YAML, rather than
+written over. The URL of an entry whose config is gone is dropped, and
+said so.
 
 References:
     OpenMMLab model-index format: mmpretrain's ``configs/*/metafile.yml``
@@ -41,6 +50,7 @@ Example:
 import argparse
 import glob
 import os.path as osp
+import re
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -158,7 +168,9 @@ HEADER = """\
 # (mmpretrain's model hub lists those of mmpretrain).
 # Results: the papers' PUBLISHED numbers (Published: true, Source names the
 # table), given only where a paper reports that exact config. mmlape has not
-# reproduced them and releases no weights (Weights: null).
+# reproduced them. Weights: null, or the URL of a checkpoint published with
+# tools/convert/publish.py (the one line to edit by hand: paste the line it
+# prints; the generator keeps it).
 """
 
 
@@ -260,7 +272,78 @@ def method_joins() -> List[str]:
     ]
 
 
-def metafile(family: str, configs: List[str], cache: dict) -> dict:
+#: What a ``Weights`` value must look like: a URL (``scheme://...``).
+URL = re.compile(r'^[A-Za-z][\w+.-]*://\S+$')
+
+
+class WeightsError(ValueError):
+    """A metafile whose ``Weights`` cannot be kept (one line)."""
+
+
+def is_weights_url(value) -> bool:
+    """Whether ``value`` is a ``Weights`` URL (``scheme://...``)."""
+    return isinstance(value, str) and URL.match(value) is not None
+
+
+def kept_weights(path: str) -> Dict[str, str]:
+    """The ``Weights`` URLs the entries of an existing metafile have, by
+    name (pasted from ``tools/convert/publish.py``'s output).
+
+    Args:
+        path (str): A ``metafile.yml``; one that does not exist has none.
+
+    Returns:
+        dict: Each entry's name and its URL (entries with ``Weights: null``
+        are left out).
+
+    Raises:
+        WeightsError: The file is no YAML, or an entry's ``Weights`` is not
+            a URL (e.g. publish.py's ``<URL-PREFIX>`` placeholder).
+    """
+    if not osp.exists(path):
+        return {}
+    where = osp.relpath(path, ROOT)
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        reason = ' '.join(str(err).split())
+        raise WeightsError(f'{where} is no YAML ({reason}); fix it (its '
+                           f'Weights: URLs would be lost) or delete '
+                           f'it') from None
+    models = data.get('Models') if isinstance(data, dict) else None
+    out = {}
+    for entry in models if isinstance(models, list) else []:
+        if not isinstance(entry, dict) or entry.get('Weights') is None:
+            continue
+        name, weights = entry.get('Name'), entry['Weights']
+        if not is_weights_url(weights):
+            raise WeightsError(
+                f'{where}: the Weights of "{name}" is not a URL: '
+                f'{weights!r}; give the URL the published .pth is served '
+                f'at (scheme://...) or null')
+        out[name] = weights
+    return out
+
+
+def metafile(family: str,
+             configs: List[str],
+             cache: dict,
+             weights: Optional[Dict[str, str]] = None) -> dict:
+    """The metafile of a family's configs.
+
+    Args:
+        family (str): A key of :data:`FAMILIES`.
+        configs (list[str]): Its configs, relative to the repo root.
+        cache (dict): Counts shared between configs (:func:`count_all`).
+        weights (dict, optional): Entry name: the ``Weights`` URL to keep
+            (:func:`kept_weights`). Defaults to None (every ``Weights``
+            null).
+
+    Returns:
+        dict: ``Collections`` and ``Models``.
+    """
+    weights = weights or {}
     name, task, dataset, arch, paper = FAMILIES[family]
     collection = dict(
         Name=name,
@@ -294,7 +377,7 @@ def metafile(family: str, configs: List[str], cache: dict) -> dict:
         }
         if stem in PUBLISHED:
             entry['Results'] = PUBLISHED[stem]
-        entry['Weights'] = None
+        entry['Weights'] = weights.get(stem)
         models.append(entry)
     return dict(Collections=[collection], Models=models)
 
@@ -323,7 +406,17 @@ def main(argv=None) -> int:
     files = {}
     for family, configs in config_files().items():
         path = osp.join(ROOT, 'configs', family, 'metafile.yml')
-        files[path] = render(family, metafile(family, configs, cache))
+        try:
+            weights = kept_weights(path)
+        except WeightsError as err:
+            sys.stderr.write(f'error: {err}\n')
+            return 2
+        names = {osp.splitext(osp.basename(c))[0] for c in configs}
+        for name in sorted(set(weights) - names):
+            sys.stderr.write(f'{osp.relpath(path, ROOT)}: no config is named '
+                             f'"{name}" any more; its Weights '
+                             f'{weights[name]} is dropped\n')
+        files[path] = render(family, metafile(family, configs, cache, weights))
     files[osp.join(ROOT, 'model-index.yml')] = root_index(list(FAMILIES))
     for path, text in files.items():
         old = open(path).read() if osp.exists(path) else None
