@@ -114,5 +114,17 @@ def safetensors_bytes(checkpoint: Mapping) -> bytes:
         tensors[key] = value.detach().to('cpu').contiguous().clone()
     header = {'format': 'pt'}
     if 'state_dict' in checkpoint and checkpoint.get('meta') is not None:
-        header[META_KEY] = json.dumps(checkpoint['meta'], default=str)
-    return save(tensors, metadata=header)
+        header[META_KEY] = json.dumps(
+            checkpoint['meta'], default=str, sort_keys=True)
+    return _sorted_header(save(tensors, metadata=header))
+
+
+def _sorted_header(data: bytes) -> bytes:
+    """The same file with its JSON header's keys in sorted order (the
+    safetensors package writes its metadata in hash-map order, so the same
+    checkpoint would give other bytes, and another sha256, each time)."""
+    length = struct.unpack('<Q', data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    text = json.dumps(header, sort_keys=True, separators=(',', ':'))
+    text += ' ' * (-len(text) % 8)  # the format's 8-byte alignment
+    return struct.pack('<Q', len(text)) + text.encode() + data[8 + length:]
