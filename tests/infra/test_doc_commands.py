@@ -57,8 +57,8 @@ def _tool_main(tool):
 
 def check_command(argv, page):
     """A problem with one command (None when it holds)."""
-    if argv[0] in ('make', 'pip', 'cp', 'mkdir', 'export', 'nvidia-smi',
-                   'cd', 'D=work_dirs/demo/data'):
+    if argv[0] in ('make', 'pip', 'cp', 'mkdir', 'export', 'nvidia-smi', 'cd',
+                   'D=work_dirs/demo/data'):
         return None
     if argv[0] in ('python', 'python3', 'bash'):
         argv = argv[1:]
@@ -118,8 +118,8 @@ def test_the_checks_catch_a_bad_command():
     assert check_command(['python', 'tools/train.py', 'configs/nope.py'],
                          'x') == 'configs/nope.py: no such file'
     assert 'does not take' in check_command([
-        'python', 'tools/train.py',
-        'configs/deit/deit-tiny_4xb256_in1k.py', '--no-such-flag'
+        'python', 'tools/train.py', 'configs/deit/deit-tiny_4xb256_in1k.py',
+        '--no-such-flag'
     ], 'x')
     assert check_command(['tools/nope.sh'], 'x') == \
         'tools/nope.sh: no such tool'
@@ -130,8 +130,8 @@ def test_readme_quick_starts_lead_their_sections():
     lines) of its section."""
     with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as f:
         text = f.read()
-    sections = re.split(r'^### ', text.split('## Quick start', 1)[1],
-                        flags=re.M)[1:]
+    sections = re.split(
+        r'^### ', text.split('## Quick start', 1)[1], flags=re.M)[1:]
     sections[-1] = sections[-1].split('\n## ', 1)[0]
     assert len(sections) >= 5
     for section in sections:

@@ -298,10 +298,7 @@ def test_named_schemes_resolve_as_mmengine_does(hosts_applied):
 def test_safetensors_bytes_are_the_same_each_time():
     """The same checkpoint gives the same file (publish.py names files by
     their sha256)."""
-    ckpt = {
-        'state_dict': state(),
-        'meta': {f'k{i}': i for i in range(20)}
-    }
+    ckpt = {'state_dict': state(), 'meta': {f'k{i}': i for i in range(20)}}
     first = safetensors_bytes(ckpt)
     assert all(safetensors_bytes(ckpt) == first for _ in range(10))
     from safetensors.torch import load
