@@ -37,7 +37,7 @@ class Payload:
 
 
 @pytest.fixture(scope='module')
-def run(tmp_path_factory):
+def trained(tmp_path_factory):
     """A checkpoint of the demo config as mmengine's runner saves it with
     ``EMAHook``: the EMA weights under ``state_dict``, the trained model's
     under ``ema_state_dict`` (``module.``-prefixed, beside ``steps``), the
@@ -78,9 +78,9 @@ def run(tmp_path_factory):
             optimizer=optimizer.state_dict(),
             param_schedulers=[dict(last_epoch=600, base_lrs=[1e-3])],
             ema_state_dict=ema_state), src)
-    run = dict(
+    out = dict(
         root=root, src=str(src), raw=raw, ema=averaged, meta=meta, cfg=cfg)
-    return type('Run', (), run)
+    return type('Run', (), out)
 
 
 def publish_to(src, out, *options, capsys):
@@ -104,11 +104,12 @@ def assert_same_tensors(got, want):
         assert torch.equal(got[key], want[key]), key
 
 
-def test_publish_keeps_the_trained_weights_and_the_record(run, capsys):
+def test_publish_keeps_the_trained_weights_and_the_record(trained, capsys):
     from mmlape.analysis import build_from_config
     from mmlape.apis import check_checkpoint_fits
     from mmlape.utils.safe_load import load_checkpoint
-    pth, tensors, out = publish_to(run.src, run.root / 'out', capsys=capsys)
+    pth, tensors, out = publish_to(
+        trained.src, trained.root / 'out', capsys=capsys)
     # named as OpenMMLab names them: each file's own sha256, 8 digits
     for path, ext in ((pth, 'pth'), (tensors, 'safetensors')):
         found = re.fullmatch(rf'{STEM}-([0-9a-f]{{8}})\.{ext}', path.name)
@@ -117,20 +118,20 @@ def test_publish_keeps_the_trained_weights_and_the_record(run, capsys):
         assert f'{path}  ' in out and sha256(path) in out
     published = torch.load(pth, weights_only=True)
     assert set(published) == {'meta', 'state_dict'}
-    assert_same_tensors(published['state_dict'], run.raw)  # swapped back
+    assert_same_tensors(published['state_dict'], trained.raw)  # swapped back
     meta = published['meta']
-    assert meta == dict(run.meta, published_weights='model')
+    assert meta == dict(trained.meta, published_weights='model')
     # the same weights and record in the safetensors file
     loaded = load_checkpoint(str(tensors))
-    assert_same_tensors(loaded['state_dict'], run.raw)
-    assert loaded['meta']['cfg'] == run.meta['cfg']
+    assert_same_tensors(loaded['state_dict'], trained.raw)
+    assert loaded['meta']['cfg'] == trained.meta['cfg']
     assert loaded['meta'] == dict(
         meta, dataset_meta=dict(classes=['a', 'b', 'c', 'd']))
     # tools/test.py's check: the recorded model is the config's
     model, cfg = build_from_config(osp.join(ROOT, DEMO))
     for path in (pth, tensors):
         state = check_checkpoint_fits(model, str(path), 'checkpoint', cfg)
-        assert_same_tensors(state, run.raw)
+        assert_same_tensors(state, trained.raw)
     # what it says
     assert ('dropped: message_hub, optimizer, param_schedulers, '
             'ema_state_dict (') in out
@@ -139,37 +140,39 @@ def test_publish_keeps_the_trained_weights_and_the_record(run, capsys):
     assert f'  Weights: <URL-PREFIX>/{pth.name}\n' in out
 
 
-def test_ema_publishes_the_ema_weights(run, capsys):
+def test_ema_publishes_the_ema_weights(trained, capsys):
     pth, tensors, out = publish_to(
-        run.src,
-        run.root / 'ema',
+        trained.src,
+        trained.root / 'ema',
         '--ema',
         '--url-prefix',
         'https://example.org/mmlape/',
         capsys=capsys)
     published = torch.load(pth, weights_only=True)
-    assert_same_tensors(published['state_dict'], run.ema)
+    assert_same_tensors(published['state_dict'], trained.ema)
     assert published['meta']['published_weights'] == 'ema'
     assert f'  Weights: https://example.org/mmlape/{pth.name}\n' in out
     assert 'the EMA weights' in out
     # other weights, other names
-    assert not (run.root / 'out' / pth.name).exists()
+    assert not (trained.root / 'out' / pth.name).exists()
 
 
-def test_a_file_without_ema_and_a_chosen_name(run, capsys):
+def test_a_file_without_ema_and_a_chosen_name(trained, capsys):
     """A checkpoint without EMA (or the published one itself) publishes
     its state dict; ``--name`` names the files; ``--ema`` is refused."""
-    plain = run.root / 'plain.pth'
-    torch.save(dict(meta=dict(cfg=run.meta['cfg']), state_dict=run.raw), plain)
+    plain = trained.root / 'plain.pth'
+    torch.save(
+        dict(meta=dict(cfg=trained.meta['cfg']), state_dict=trained.raw),
+        plain)
     pth, _, out = publish_to(
-        plain, run.root / 'named', '--name', 'mine', capsys=capsys)
+        plain, trained.root / 'named', '--name', 'mine', capsys=capsys)
     assert pth.name.startswith('mine-')
     assert_same_tensors(
-        torch.load(pth, weights_only=True)['state_dict'], run.raw)
+        torch.load(pth, weights_only=True)['state_dict'], trained.raw)
     assert 'dropped: nothing' in out
     assert 'has no entry "mine"' in out
     line = one_line(publish.main,
-                    [str(plain), str(run.root / 'x'), '--ema'], capsys)
+                    [str(plain), str(trained.root / 'x'), '--ema'], capsys)
     assert 'holds no EMA weights' in line and str(plain) in line
 
 
@@ -188,18 +191,19 @@ def one_line(main, argv, capsys):
     return lines[0]
 
 
-def test_refusals_are_one_line(run, capsys):
-    root = run.root / 'refused'
+def test_refusals_are_one_line(trained, capsys):
+    root = trained.root / 'refused'
     root.mkdir()
     out = root / 'out'
     marker = root / 'pwned'
-    torch.save(dict(state_dict=run.raw, x=Payload(marker)), root / 'evil.pth')
-    torch.save(run.raw, root / 'flat.pth')
-    torch.save(dict(state_dict=run.raw), root / 'no_record.pth')
-    theirs = run.meta['cfg'].replace("type='LaPEViT'",
-                                     "type='VisionTransformer'")
     torch.save(
-        dict(state_dict=run.raw, meta=dict(cfg=theirs)),
+        dict(state_dict=trained.raw, x=Payload(marker)), root / 'evil.pth')
+    torch.save(trained.raw, root / 'flat.pth')
+    torch.save(dict(state_dict=trained.raw), root / 'no_record.pth')
+    theirs = trained.meta['cfg'].replace("type='LaPEViT'",
+                                         "type='VisionTransformer'")
+    torch.save(
+        dict(state_dict=trained.raw, meta=dict(cfg=theirs)),
         root / 'mmpretrain.pth')
     cases = {
         'missing.pth': 'does not exist',
@@ -214,13 +218,13 @@ def test_refusals_are_one_line(run, capsys):
     assert not marker.exists()
     assert not out.exists() or not os.listdir(out)
     # an existing output is kept unless --force; nothing half-written
-    publish.main([run.src, str(out)])
+    publish.main([trained.src, str(out)])
     before = {f: (out / f).read_bytes() for f in os.listdir(out)}
-    line = one_line(publish.main, [run.src, str(out)], capsys)
+    line = one_line(publish.main, [trained.src, str(out)], capsys)
     assert 'exists (the same file, published before)' in line
     assert '--force' in line
     assert {f: (out / f).read_bytes() for f in os.listdir(out)} == before
-    assert publish.main([run.src, str(out), '--force']) == 0
+    assert publish.main([trained.src, str(out), '--force']) == 0
     # the same .pth again (the .safetensors may be named anew: its header's
     # metadata comes in the order of a Rust HashMap)
     after = {f: (out / f).read_bytes() for f in os.listdir(out)}
@@ -231,16 +235,18 @@ def test_refusals_are_one_line(run, capsys):
                   for f in before if f.endswith('.pth')}
     assert all(after[f] == before[f] for f in before)
     # arguments
-    for args, said in (([run.src, str(root / 'a'), '--name',
-                         'a/b'], 'no file name stem'),
-                       ([run.src,
-                         str(root / 'a'), '--url-prefix', 'example'],
-                        'is no URL'), ([run.src, run.src], 'not a folder')):
+    for args, said in (([trained.src,
+                         str(root / 'a'), '--name',
+                         'a/b'], 'no file name stem'), ([
+                             trained.src,
+                             str(root / 'a'), '--url-prefix', 'example'
+                         ], 'is no URL'), ([trained.src,
+                                            trained.src], 'not a folder')):
         assert said in one_line(publish.main, args, capsys)
 
 
 @pytest.mark.usefixtures('hosts_applied', 'fresh_default_scope')
-def test_get_model_loads_the_published_weights_by_url(run, tmp_path,
+def test_get_model_loads_the_published_weights_by_url(trained, tmp_path,
                                                       monkeypatch, capsys):
     """The printed ``Weights:`` line in a model index entry: mmpretrain's
     ``get_model(name, pretrained=True)`` loads the file by URL, through
@@ -255,7 +261,7 @@ def test_get_model_loads_the_published_weights_by_url(run, tmp_path,
     with CheckpointServer(served.parent) as server:
         prefix = server.url('served')
         pth, tensors, out = publish_to(
-            run.src, served, '--url-prefix', prefix, capsys=capsys)
+            trained.src, served, '--url-prefix', prefix, capsys=capsys)
         line, = [x for x in out.splitlines() if x.startswith('  Weights: ')]
         assert line == f'  Weights: {server.url(f"served/{pth.name}")}'
         entry = (f'- Name: {STEM}\n'
@@ -282,6 +288,6 @@ def test_get_model_loads_the_published_weights_by_url(run, tmp_path,
         for name, path in ((f'mmlape::{STEM}', pth), ('published-st',
                                                       tensors)):
             model = get_model(name, pretrained=True)
-            assert_same_tensors(model.state_dict(), run.raw)
+            assert_same_tensors(model.state_dict(), trained.raw)
             assert server.requests[f'served/{path.name}'] == 1
             assert list(model._dataset_meta['classes']) == list('abcd')
