@@ -1,5 +1,10 @@
 # The two commands of the README (`make demo`, `make test`) install what
 # they need first; `make install` is idempotent and takes seconds once done.
+# `make install` installs the runtime (scripts/install.sh); `make
+# install-dev` the runtime and the test, lint and docs tools of
+# requirements/tests.txt (scripts/install.sh --tests), which `make test`
+# runs; `make lint` and `make docs` check those tools first (well under a
+# second) and install them where one is missing.
 PYTHON ?= python3
 export PYTHON
 PYTEST_ARGS ?=
@@ -8,15 +13,22 @@ PYTEST_ARGS ?=
 COMPAT_PAIR ?= cu12
 COMPAT_VENV ?= .venv-torch-$(COMPAT_PAIR)
 
-.PHONY: install demo test test-compat test-quick test-fast doctest lint format docs
+.PHONY: install install-dev test-deps demo test test-compat test-quick test-fast doctest lint format docs
 
 install:
 	bash scripts/install.sh
 
+install-dev:
+	bash scripts/install.sh --tests
+
+test-deps:
+	$(PYTHON) scripts/check_env.py --part tests --quiet || \
+		bash scripts/install.sh --tests
+
 demo: install
 	$(PYTHON) tools/demo.py
 
-lint:
+lint: test-deps
 	$(PYTHON) -m flake8 mmlape tools tests configs benchmarks scripts setup.py
 	$(PYTHON) -m isort --check-only --diff mmlape tools tests configs benchmarks scripts setup.py
 	$(PYTHON) -m yapf --diff --recursive mmlape tools tests configs benchmarks scripts setup.py
@@ -24,7 +36,7 @@ lint:
 
 # The documentation site (mkdocs.yml) into site/, strictly: a broken link
 # or anchor, or any other warning, fails.
-docs:
+docs: test-deps
 	$(PYTHON) -m mkdocs build --strict --quiet
 
 format:
@@ -33,7 +45,7 @@ format:
 
 # CI: everything, the docstring examples included, then the quick suite on
 # the second supported torch.
-test: install lint docs
+test: install-dev lint docs
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider
 	$(MAKE) test-compat
@@ -42,7 +54,7 @@ test: install lint docs
 # with its own mmcv build (made on the first run, in seconds afterwards).
 test-compat:
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
-	TORCH_PAIR=$(COMPAT_PAIR) PYTHON=$(COMPAT_VENV)/bin/python bash scripts/install.sh
+	TORCH_PAIR=$(COMPAT_PAIR) PYTHON=$(COMPAT_VENV)/bin/python bash scripts/install.sh --tests
 	$(COMPAT_VENV)/bin/python -m pytest -m "not slow" -p no:cacheprovider $(PYTEST_ARGS)
 
 # The quick loop while editing (no subprocess or training runs).

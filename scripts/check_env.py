@@ -18,6 +18,12 @@ The versions come from ``requirements/*.txt``, the one place they are
 written (``setup.py`` reads the same files): ``build.txt`` (setuptools),
 ``openmmlab.txt`` (pinned with ``==``), ``runtime.txt`` and ``tests.txt``
 (in the version a line pins with ``==``, else in any version).
+
+Two modes, as ``scripts/install.sh`` has them: the runtime (``make
+install``: every part but ``tests``) and, with ``--tests``, the runtime
+and the test, lint and docs tools of ``tests.txt`` (``make install-dev``,
+what ``make test`` runs). ``--part tests`` checks those tools alone, from
+their metadata, in well under a second (``make lint`` and ``make docs``).
 """
 import argparse
 import functools
@@ -30,7 +36,7 @@ import struct
 import subprocess
 import sys
 from importlib import metadata
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 REQUIREMENTS = osp.join(ROOT, 'requirements')
@@ -365,17 +371,34 @@ def mmcv_key() -> str:
     return f'torch{torch.__version__.replace("+", "_")}-{build}-{py}'
 
 
-def check_rest():
+#: The requirements files each mode needs beyond build.txt and the torch
+#: pair: the runtime (``make install``) and the test tools (``--tests``).
+RUNTIME_FILES = ('openmmlab.txt', 'runtime.txt')
+TESTS_FILES = ('tests.txt', )
+
+
+def _check_files(files) -> list:
     problems = []
-    for file in ('openmmlab.txt', 'runtime.txt', 'tests.txt'):
+    for file in files:
         for name, clauses in read_requirements(file).items():
             problem = _check(name, clauses)
             if problem:
                 problems.append(problem)
+    return problems
+
+
+def check_rest():
+    """The runtime requirements and mmlape itself."""
+    problems = _check_files(RUNTIME_FILES)
     r = _run('import mmlape')
     if _version('mmlape') is None or r.returncode:
         problems.append('mmlape is not installed')
     return '; '.join(problems) or None
+
+
+def check_tests():
+    """The test, lint and docs tools (``tests.txt``), by their metadata."""
+    return '; '.join(_check_files(TESTS_FILES)) or None
 
 
 PARTS = {
@@ -384,7 +407,19 @@ PARTS = {
     'gpu': check_gpu,
     'mmcv': check_mmcv,
     'rest': check_rest,
+    'tests': check_tests,
 }
+
+
+def parts_of(part: str, tests: bool = False) -> Dict[str, Any]:
+    """The checks ``--part PART`` runs: one part, or ``all`` of the mode
+    (the runtime; with ``tests``, the test tools after it)."""
+    if part != 'all':
+        return {part: PARTS[part]}
+    return {
+        name: check
+        for name, check in PARTS.items() if tests or name != 'tests'
+    }
 
 
 def pin(name: str) -> str:
@@ -401,6 +436,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         '--part', choices=sorted(PARTS) + ['all'], default='all')
+    parser.add_argument(
+        '--tests',
+        action='store_true',
+        help='with --part all: the test, lint and docs tools too')
     parser.add_argument(
         '--pin', metavar='NAME', help="print NAME's requirement line")
     parser.add_argument(
@@ -436,7 +475,7 @@ def main():
             print(f'[check_env] {err.args[0]}', file=sys.stderr)
             return 2
         return 0
-    parts = PARTS if args.part == 'all' else {args.part: PARTS[args.part]}
+    parts = parts_of(args.part, args.tests)
     failed = False
     for name, check in parts.items():
         problem = check()

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Install mmlape and the OpenMMLab stack into the current Python environment.
 #
+#   scripts/install.sh           the runtime (make install): torch, mmcv with
+#                                ops, the OpenMMLab packages,
+#                                requirements/runtime.txt, mmlape (editable)
+#   scripts/install.sh --tests   the runtime and the test, lint and docs
+#                                tools of requirements/tests.txt (make
+#                                install-dev, what make test runs)
+#
 # Idempotent: every step first checks whether it is already done (see
 # scripts/check_env.py), so a second run finishes in seconds.
 #
@@ -38,7 +45,25 @@ say() { echo "[install] $*"; }
 die() { echo "error: $*" >&2; exit 1; }
 check() { "$PY" scripts/check_env.py "$@"; }
 
-if check --quiet; then
+MODE=()      # check_env's mode: the runtime, or --tests
+REQS=(-r requirements/openmmlab.txt -r requirements/runtime.txt)
+WHAT="runtime requirements"
+for arg in "$@"; do
+    case $arg in
+        --tests)
+            MODE=(--tests)
+            REQS+=(-r requirements/tests.txt)
+            WHAT="runtime requirements and the test tools"
+            ;;
+        -h | --help)
+            sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) die "scripts/install.sh takes --tests only, not \"$arg\"" ;;
+    esac
+done
+
+if check ${MODE[@]+"${MODE[@]}"} --quiet; then
     say "everything is installed already"
     exit 0
 fi
@@ -133,13 +158,12 @@ if ! problem=$(check --part mmcv); then
     fi
 fi
 
-say "OpenMMLab packages, runtime and test requirements"
-"${PIP[@]}" -r requirements/openmmlab.txt -r requirements/runtime.txt \
-    -r requirements/tests.txt
+say "OpenMMLab packages, $WHAT"
+"${PIP[@]}" "${REQS[@]}"
 say "mmlape (editable)"
 "${PIP[@]}" --no-build-isolation --no-deps -e .
 
-if ! check; then
+if ! check ${MODE[@]+"${MODE[@]}"}; then
     say "the environment is still incomplete (see above)"
     exit 1
 fi

@@ -480,14 +480,13 @@ TINY_BACKBONES = {
 
 def backbone_joins(name: str) -> List[str]:
     """The registered joins that the tiny backbone ``name`` takes, from the
-    joins' class attributes: its PE type among ``pe_types``, and
-    ``supports_stages`` for a staged backbone (Swin)."""
+    joins' declarations: a join that takes its PE type (any registered
+    one), on a staged backbone (Swin) one that supports stages."""
     from mmlape.models.layers import pe_join_classes
     cls_name, pe_type, _ = TINY_BACKBONES[name]
     return [
         join for join, cls in pe_join_classes().items()
-        if pe_type in cls.pe_types and (
-            'Swin' not in cls_name or getattr(cls, 'supports_stages', False))
+        if cls.fits(pe_type, staged='Swin' in cls_name)
     ]
 
 

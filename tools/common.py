@@ -188,6 +188,7 @@ def load_config(path, cfg_options, launcher, work_dir, compile=None):
     from mmengine.config import Config
 
     from mmlape.apis import merge_cfg_options
+    from mmlape.engine.speedups import apply_speedups
     if not osp.isfile(path):
         raise UsageError(f'config file "{path}" does not exist')
     try:
@@ -202,6 +203,7 @@ def load_config(path, cfg_options, launcher, work_dir, compile=None):
             f'config "{where}"{line}: {found.msg or found}') from None
     if cfg_options:
         merge_cfg_options(cfg, cfg_options)
+    apply_speedups(cfg)  # the opt-in speed parts (speedups=dict(...))
     if compile is not None:
         value = cfg.get('compile')
         value = dict(value) if isinstance(value, dict) else {}

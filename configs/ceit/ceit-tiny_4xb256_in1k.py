@@ -39,9 +39,4 @@ param_scheduler = [
 ]
 
 train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
-default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
-    checkpoint=dict(type='AtomicCheckpointHook'))
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

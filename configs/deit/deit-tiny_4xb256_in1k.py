@@ -10,7 +10,10 @@
 # The official code trains under autocast: on GPUs pass --amp.
 _base_ = 'mmpretrain::deit/deit-tiny_4xb256_in1k.py'
 
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
+# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
+custom_imports = dict(
+    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(
@@ -109,9 +112,4 @@ train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
 # (tools/dist_train.sh CONFIG 8 trains at 2048 with lr 5e-4 x 2048 / 512).
 auto_scale_lr = dict(base_batch_size=1024, enable=True)
 
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
-default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
-    checkpoint=dict(type='AtomicCheckpointHook'))
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

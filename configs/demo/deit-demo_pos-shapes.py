@@ -4,7 +4,10 @@
 # on 2 CPU cores. `python tools/demo.py` generates the data and runs it.
 _base_ = 'mmpretrain::_base_/default_runtime.py'
 
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
+# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
+custom_imports = dict(
+    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 data_root = 'data/pos_shapes'
 model = dict(
@@ -78,11 +81,7 @@ param_scheduler = [
 train_cfg = dict(by_epoch=False, max_iters=max_iters, val_interval=max_iters)
 val_cfg = dict()
 test_cfg = dict()
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
 default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(
         type='AtomicCheckpointHook',

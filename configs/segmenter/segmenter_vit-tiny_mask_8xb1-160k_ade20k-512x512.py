@@ -33,9 +33,4 @@ test_dataloader = val_dataloader
 # at a fixed lr, so another global batch is a warning at the start.
 auto_scale_lr = dict(enable=False, base_batch_size=8)
 
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
-default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
-    checkpoint=dict(type='AtomicCheckpointHook'))
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -10,7 +10,10 @@
 # erasing 0.25, drop path 0.2, GAP neck and a linear head.
 _base_ = 'mmpretrain::swin_transformer/swin-tiny_16xb64_in1k.py'
 
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
+# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
+custom_imports = dict(
+    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(
@@ -92,9 +95,4 @@ param_scheduler = [
 ]
 
 # Atomic saves (a kill during a save never loses the previous checkpoint).
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
-default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
-    checkpoint=dict(type='AtomicCheckpointHook'))
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

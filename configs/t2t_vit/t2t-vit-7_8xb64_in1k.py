@@ -9,7 +9,10 @@
 # mmpretrain's T2T-ViT config.
 _base_ = 'mmpretrain::t2t_vit/t2t-vit-t-14_8xb64_in1k.py'
 
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
+# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
+custom_imports = dict(
+    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 model = dict(
     backbone=dict(
@@ -94,12 +97,7 @@ param_scheduler = [
 ]
 
 train_cfg = dict(by_epoch=True, max_epochs=310, val_interval=1)
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
-default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
-    checkpoint=dict(type='AtomicCheckpointHook'))
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
 
 # mmpretrain's T2T-ViT model average (momentum 4e-5, every step), updated
 # with one multi-tensor operation, not one per parameter (the same values).

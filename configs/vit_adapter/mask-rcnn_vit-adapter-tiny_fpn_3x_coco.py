@@ -106,10 +106,6 @@ param_scheduler = [
         milestones=[27, 33],
         gamma=0.1)
 ]
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
 default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
     checkpoint=dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=3))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

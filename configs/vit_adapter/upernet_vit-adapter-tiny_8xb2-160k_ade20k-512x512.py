@@ -89,11 +89,7 @@ param_scheduler = [
         begin=0,
         end=160001)
 ]
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
 default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
     checkpoint=dict(
         type='AtomicCheckpointHook',
         by_epoch=False,

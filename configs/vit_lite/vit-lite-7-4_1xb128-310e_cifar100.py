@@ -12,7 +12,10 @@ _base_ = [
     'mmpretrain::_base_/default_runtime.py',
 ]
 
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
+# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
+custom_imports = dict(
+    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 model = dict(
     type='ImageClassifier',
@@ -144,10 +147,5 @@ param_scheduler = [
 train_cfg = dict(by_epoch=True, max_epochs=310, val_interval=1)
 val_cfg = dict()
 test_cfg = dict()
-# The training step's losses are read from the device only when the
-# logger prints them (mmengine's RuntimeInfoHook reads them every
-# iteration, and each read waits for the step to end): the same log.
-default_hooks = dict(
-    runtime_info=dict(type='LazyRuntimeInfoHook'),
-    checkpoint=dict(type='AtomicCheckpointHook'))
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
 auto_scale_lr = dict(base_batch_size=128)

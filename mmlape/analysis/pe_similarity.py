@@ -44,9 +44,10 @@ def received_pes(model,
         list[Tensor | None]: Per layer, ``(N', C)`` (class-token row
         included when the model has one).
     """
-    if model.pe_type == 'relative':
-        raise ValueError('received_pes needs an absolute pe_type; a relative '
-                         'PE has no per-token embedding')
+    if model.pe_part.kind == 'relative':
+        raise ValueError(f'received_pes needs an absolute pe_type; a '
+                         f'relative PE (pe_type={model.pe_type!r}) has no '
+                         f'per-token embedding')
     hw = tuple(hw or model.grid_size)
     plan = model.pe_plan(hw)  # cached in eval mode
     stream = plan.input

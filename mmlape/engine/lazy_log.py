@@ -44,8 +44,14 @@ instead: kept with the iteration's values while a
 ``before_train`` to its ``after_train``), put into the wrapper's message
 hub at once otherwise (a wrapper used outside such a run, or one whose
 run ended in an error). :func:`log_clip_lazily` makes a wrapper's
-gradient clipping log its norm that way; mmlape's optimizer wrapper
-constructors do so for every wrapper they build.
+gradient clipping log its norm that way; the hook does so for the run's
+wrappers when training starts.
+
+Opt-in (``speedups.lazy_log``, :mod:`mmlape.engine.speedups`): the waits
+it removes were counted on the user's path (``benchmarks/bench_syncs.py``:
+two reads in 100 iterations instead of 100) but their cost was never timed
+end to end on a GPU, so mmengine's hook stays the default until the GPU
+acceptance run's A/B figure says otherwise.
 """
 import weakref
 from collections import OrderedDict
@@ -205,6 +211,8 @@ class LazyRuntimeInfoHook(RuntimeInfoHook):
         self._schedule = self._plan(runner)
         for wrapper in _optim_wrappers(runner):
             _KEEPERS[wrapper] = self
+            # the clipped gradient's norm kept with the step's values too
+            log_clip_lazily(wrapper)
 
     def _due(self, runner, batch_idx: int, keys: List[str]) -> bool:
         if self._schedule is None:

@@ -17,7 +17,6 @@ from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
 
 from mmlape.models.checkpoint import BACKBONE_PREFIX
-from .lazy_log import log_clip_lazily
 
 __all__ = ['LaPELayerDecayOptimWrapperConstructor']
 
@@ -56,6 +55,4 @@ class LaPELayerDecayOptimWrapperConstructor(
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         wrapper = super().__call__(model)
-        # the clipped gradient's norm is logged without waiting for the step
-        log_clip_lazily(wrapper)
         return wrapper

@@ -33,8 +33,6 @@ from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-from .lazy_log import log_clip_lazily
-
 __all__ = ['LaPEOptimWrapperConstructor', 'merge_param_groups']
 
 
@@ -163,6 +161,4 @@ class LaPEOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                 dict(g) for g in optimizer.param_groups
             ]
         optimizer.register_load_state_dict_pre_hook(_regroup_state)
-        # the clipped gradient's norm is logged without waiting for the step
-        log_clip_lazily(wrapper)
         return wrapper

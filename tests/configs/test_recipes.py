@@ -37,6 +37,10 @@ FAMILIES = {
 # and the val dataloader, each); the first part of a pipeline row is the
 # pipeline
 SCOPES = {
+    'architecture': [
+        'model.backbone', 'model.neck', 'model.decode_head',
+        'model.auxiliary_head'
+    ],
     'optimizer': ['optim_wrapper.optimizer'],
     'lr': ['optim_wrapper.optimizer', 'auto_scale_lr'],
     'weight decay': ['optim_wrapper'],
@@ -61,8 +65,8 @@ SCOPES = {
     'EMA': ['custom_hooks'],
 }
 ROWS = [
-    r for r in SCOPES
-    if r not in ('repeated augmentation', 'EMA', 'evaluation batch')
+    r for r in SCOPES if r not in ('architecture', 'repeated augmentation',
+                                   'EMA', 'evaluation batch')
 ]
 # (row, how the cell starts) -> what the words claim
 WORDS = {
@@ -87,7 +91,7 @@ PROSE = {
     'blocks.{i}.pe_norm', 'norm', 'init_adapter_weights', 'up(c2) + c1',
     'configs/deit', 'tools/convert/to_mmlape.py --family vit',
     'LaPEViT.get_layer_depth', 'blocks.{i}.attn.rope_freqs',
-    'int(1.5 * args.batch_size)'
+    'int(1.5 * args.batch_size)', 'tests/models/test_vit_adapter.py'
 }
 NAMESPACE = {'__builtins__': {}, 'dict': dict, 'range': range}
 
@@ -167,8 +171,39 @@ def claim(span):
         return None
 
 
-def claims(cell):
-    return [(span, claim(span)) for span in re.findall(r'`([^`]+)`', cell)]
+#: A size's label (``Ti: ``, ``S: ``, ``B: ``) before a code span: that
+#: span and the spans after it, up to the next label or ``;``, claim for
+#: that size's configs only.
+SIZES = {'tiny': 'Ti', 'small': 'S', 'base': 'B'}
+LABELLED = r'(?:(?<![\w-])(Ti|S|B): )?`([^`]+)`'
+
+
+def size_of(path):
+    """The size label (``Ti``, ``S``, ``B``) of a config's name."""
+    found = re.search(r'-(tiny|small|base)(?=[-_])', osp.basename(path))
+    return SIZES[found[1]] if found else None
+
+
+def labelled_spans(cell):
+    """(size label or '', span) of each code span of a cell."""
+    out = []
+    for clause in cell.split(';'):
+        label = ''
+        for m in re.finditer(LABELLED, clause):
+            label = m[1] or label
+            out.append((label, m[2]))
+    return out
+
+
+def claims(cell, size=None):
+    """(span, claim) of each code span of a cell; given a size, the spans
+    of other sizes left out."""
+    return [(span, claim(span)) for label, span in labelled_spans(cell)
+            if size is None or label in ('', size)]
+
+
+def sizes_named(cell):
+    return {label for label, _ in labelled_spans(cell) if label}
 
 
 def test_document_has_every_row_and_every_span_is_checked():
@@ -238,11 +273,12 @@ def check_claim(cfg, path, scope, span, kind, name, values):
         total = values['gpus'] * values['size']
         assert cfg.get('auto_scale_lr', {}).get('base_batch_size',
                                                 total) == total
-    else:  # the checkpoint of the config's own join
+    else:  # the checkpoint of the config's own size and join
         want = re.sub(
-            r'\[(.*)\]', lambda m: next(
+            r'\[(.*?)\]', lambda m: next(
                 (j for j in m[1].split('\\|')
-                 if f'{j}_' in osp.basename(path)), ''), span)
+                 if re.search(re.escape(j) + '[-_]', osp.basename(path))), ''),
+            span)
         assert any(d.get('checkpoint') == want for d in found), (span, want)
 
 
@@ -274,10 +310,14 @@ def test_config_follows_the_recipe(path):
             if '{}' in sets[0][0]:
                 sets = [[p.format(s) for p in sets[0]]
                         for s in ('test', 'val')]
+            size = size_of(path)
+            assert not sizes_named(cell) or size in sizes_named(cell), (
+                f'the row names values for {sorted(sizes_named(cell))}, '
+                f'none for {size}')
             for paths in sets:
                 scope = [part(cfg, p) for p in paths]
-                said = [c for _, c in claims(cell) if c]
-                for span, c in claims(cell):
+                said = [c for _, c in claims(cell, size) if c]
+                for span, c in claims(cell, size):
                     if c:
                         check_claim(cfg, path, scope, span, *c)
                 if 'pipeline' in row:
@@ -595,12 +635,12 @@ def test_fused_adamw_step_equals_the_unfused_one(config):
         assert not torch.equal(a, start[name]), name
 
 
-def test_clipped_norms_are_logged_without_waiting_for_the_step():
+def test_clipped_norms_are_clipped_and_logged_as_mmengines():
     """Every config that clips its gradients by norm (Swin's recipe, at 5)
-    builds an optimizer wrapper that logs the norm through
-    ``log_scalar`` (kept on the device with the step's logged values, see
-    tests/engine/test_lazy_log.py), and clips as mmengine's does; the
-    layer-decay constructor's wrapper as well."""
+    builds an optimizer wrapper that clips and logs the norm as mmengine's
+    does (the opt-in ``LazyRuntimeInfoHook`` rebinds it to keep the norm on
+    the device, tests/engine/test_lazy_log.py); the layer-decay
+    constructor's wrapper as well."""
     from mmengine.optim import OptimWrapper
     clipping = [
         p for p in ALL_CONFIGS
@@ -621,7 +661,9 @@ def test_clipped_norms_are_logged_without_waiting_for_the_step():
             with DefaultScope.overwrite_default_scope(cfg.default_scope):
                 wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
         assert isinstance(wrapper, OptimWrapper), path
-        assert wrapper.clip_func.__name__ == 'clip_grad_norm_and_log', path
+        # mmengine's clipping (the lazy logging of its norm comes with the
+        # opt-in LazyRuntimeInfoHook, tests/engine/test_lazy_log.py)
+        assert wrapper.clip_func is torch.nn.utils.clip_grad_norm_, path
         params = [
             p for g in wrapper.optimizer.param_groups for p in g['params']
         ]

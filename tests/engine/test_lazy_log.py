@@ -541,6 +541,21 @@ def test_a_lazy_clip_clips_and_logs_as_mmengines(wrapper_type, monkeypatch):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_the_hook_rebinds_a_plain_wrappers_clip():
+    """The clipping of a wrapper as mmengine builds it (no mmlape
+    constructor) is rebound when the lazy hook starts training, once."""
+    hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner(
+        name='test_lazy_clip_rebound')
+    model, wrapper = clipped_wrapper(lazy=False, max_norm=1.0)
+    assert wrapper.clip_func is torch.nn.utils.clip_grad_norm_
+    runner.optim_wrapper = wrapper
+    hook.before_train(runner)
+    rebound = wrapper.clip_func
+    assert rebound.__name__ == 'clip_grad_norm_and_log'
+    hook.before_train(runner)  # a second start does not wrap it again
+    assert wrapper.clip_func is rebound
+
+
 def test_a_lazy_clip_is_kept_while_the_hook_trains():
     hook, runner = LazyRuntimeInfoHook(interval=10), fake_runner(
         name='test_lazy_clip_kept')

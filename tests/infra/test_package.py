@@ -364,13 +364,13 @@ def test_version_pins_come_from_the_requirements_files():
     assert check_env.satisfies('2.13.0+cpu', [('==', '2.13.0')])
     with pytest.raises(KeyError, match='no requirements'):
         check_env.pin('nope')
-    # The scripts spell no version; the README's table agrees with the
-    # requirements files.
+    # The scripts spell no version; the install page's table (moved there
+    # from the README) agrees with the requirements files.
     version = re.compile(r'\w==\s*\d|\b\d+\.\d+\.\d+\b')
     for script in ('scripts/check_env.py', 'scripts/install.sh'):
         with open(osp.join(ROOT, script), encoding='utf-8') as f:
             assert not version.search(f.read()), script
-    with open(osp.join(ROOT, 'README.md'), encoding='utf-8') as f:
+    with open(osp.join(ROOT, 'docs', 'install.md'), encoding='utf-8') as f:
         readme = f.read()
     pins = {}
     for file in ('openmmlab.txt', 'torch.txt'):
@@ -384,6 +384,74 @@ def test_version_pins_come_from_the_requirements_files():
         row = next(r for r in rows if r.split('|')[1].strip() == names)
         want = ', '.join(pins[n] for n in versions.split())
         assert row.split('|')[2].strip().startswith(want), row
+
+
+def test_citation_license_and_changelog_describe_this_release():
+    """CITATION.cff is valid CFF 1.2.0 (its required keys, each reference's
+    too) of this version and license; LICENSE is that license; the
+    changelog has an entry for this version."""
+    import yaml
+
+    from mmlape import __version__
+    with open(osp.join(ROOT, 'CITATION.cff'), encoding='utf-8') as f:
+        cff = yaml.safe_load(f)
+    assert cff['cff-version'] == '1.2.0'
+    for key in ('cff-version', 'message', 'title', 'authors'):
+        assert cff.get(key), key
+    assert str(cff['version']) == __version__
+    assert cff['type'] == 'software'
+    for author in cff['authors']:
+        assert author.get('name') or author.get('family-names'), author
+    assert cff['references']
+    for ref in cff['references']:
+        for key in ('type', 'title', 'authors'):
+            assert ref.get(key), (ref.get('title'), key)
+    assert cff['license'] == 'Apache-2.0'
+    with open(osp.join(ROOT, 'LICENSE'), encoding='utf-8') as f:
+        assert ' '.join(f.read(200).split()).startswith(
+            'Apache License Version 2.0, January 2004')
+    with open(osp.join(ROOT, 'setup.py'), encoding='utf-8') as f:
+        assert "license='Apache-2.0'" in f.read()
+    with open(osp.join(ROOT, 'CHANGELOG.md'), encoding='utf-8') as f:
+        changelog = f.read()
+    assert re.search(rf'^## \[{re.escape(__version__)}\]', changelog, re.M)
+
+
+def test_install_modes_name_their_requirements():
+    """``make install`` installs the runtime, ``make install-dev`` (what
+    ``make test`` runs) the test tools too; check_env checks what each
+    mode installs, setup.py declares the same files, and what mmlape
+    imports at run time is a runtime requirement."""
+    check_env = _check_env()
+    runtime = {
+        name
+        for file in check_env.RUNTIME_FILES
+        for name in check_env.read_requirements(file)
+    }
+    tests = set(check_env.read_requirements('tests.txt'))
+    assert {'safetensors', 'filelock'} <= runtime
+    assert {'pytest', 'timm', 'build', 'tensorboard'} <= tests
+    assert not runtime & tests
+    assert 'tests' not in check_env.parts_of('all')
+    assert list(check_env.parts_of('all', tests=True))[-1] == 'tests'
+    assert list(check_env.parts_of('tests')) == ['tests']
+    out = run(['make', '--no-print-directory', '-n', 'install', 'test'])
+    lines = out.stdout.splitlines()
+    assert lines[0] == 'bash scripts/install.sh'
+    assert lines[1] == 'bash scripts/install.sh --tests'
+    with open(osp.join(ROOT, 'setup.py'), encoding='utf-8') as f:
+        setup_py = f.read()
+    assert "read_requirements('openmmlab.txt') +\n        " \
+        "read_requirements('runtime.txt')" in setup_py
+    assert "tests=read_requirements('tests.txt')" in setup_py
+    assert "python_requires='>=3.10'" in setup_py
+    # timm is a test requirement only: nothing that ships imports it
+    for folder in ('mmlape', 'tools'):
+        for path in glob.glob(
+                osp.join(ROOT, folder, '**', '*.py'), recursive=True):
+            with open(path, encoding='utf-8') as f:
+                assert not re.search(r'^\s*(import|from) timm\b', f.read(),
+                                     re.M), path
 
 
 def test_methods_doc_is_the_reference():

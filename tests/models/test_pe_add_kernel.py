@@ -152,6 +152,7 @@ def test_the_fit_checks_pass_the_autograd_flag_on(monkeypatch):
 def on_cpu(monkeypatch):
     """The kernel's path taken for CPU tensors, its launch counted."""
     monkeypatch.setattr(pe_add, '_TRITON_CHECKED', {})
+    monkeypatch.setattr(pe_add, '_USE_TRITON', True)
     monkeypatch.setattr(pe_add, '_triton_fits', lambda *args: True)
     monkeypatch.setattr(pe_add, '_triton_kernel', lambda: (None, None))
     calls = []

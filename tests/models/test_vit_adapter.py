@@ -339,3 +339,123 @@ def test_mpvg_last_norm_trains_and_validates():
         adapter('MPVG', final_norm=True, add_vit_feature=False)
     with pytest.raises(TypeError, match='final_norm'):
         adapter('MPVG', final_norm='yes')
+
+
+# ----------------------------------------------------------------------
+# ViT-Adapter-Ti/S/B: the official architecture, a DeiT of each size
+
+#: The official backbones' parameters by part: czczup/ViT-Adapter at
+#: fd64a5190f9f, its ``ViTAdapter`` built with the arguments of
+#: ``detection/configs/mask_rcnn/mask_rcnn_deit_adapter_{size}_fpn_3x_coco.py``
+#: (the segmentation class and configs give the same counts): the ViT
+#: (patch embedding and blocks, layer scale included), its PE (DeiT's 197
+#: rows, the class row unused) and the adapter (``level_embed``, ``spm``,
+#: ``interactions``, ``up``, ``norm1``-``norm4``).
+OFFICIAL_BACKBONE = {
+    'tiny': dict(vit=5490624, pos_embed=197 * 192, adapter=2438192),
+    'small': dict(vit=21598080, pos_embed=197 * 384, adapter=5830160),
+    'base': dict(vit=85663488, pos_embed=197 * 768, adapter=13680608),
+}
+#: The official models: these backbones plus the heads of the official
+#: configs (mmdet 2's Mask R-CNN FPN and mmseg 0.x's UperNet base models,
+#: the same modules as mmdet 3.3's and mmseg 1.2.2's). The official
+#: READMEs round them to 28M, 48M, 120M and 36M, 58M, 134M.
+OFFICIAL_MODEL = {
+    'mask-rcnn': dict(tiny=28068512, small=47802368, base=120187088),
+    'upernet': dict(tiny=36062428, small=57614908, base=133636876),
+}
+SIZE_CONFIGS = {
+    'mask-rcnn':
+    'configs/vit_adapter/mask-rcnn_vit-adapter-{}_fpn_3x_coco.py',
+    'upernet': ('configs/vit_adapter/upernet_vit-adapter-{}_8xb2-160k_'
+                'ade20k-512x512.py'),
+}
+
+
+def size_config(task, size, join=''):
+    import os.path as osp
+
+    from mmengine.config import Config
+    path = SIZE_CONFIGS[task].format(size + join)
+    return Config.fromfile(osp.join(ROOT, path))
+
+
+def config_backbone(cfg, **kwargs):
+    """The config's backbone, built directly (no checkpoint unless given)."""
+    kwargs = {**cfg.model.backbone.to_dict(), 'init_cfg': None, **kwargs}
+    kwargs.pop('type')
+    return LaPEViTAdapter(**kwargs)
+
+
+@pytest.mark.parametrize(
+    'size', ['tiny', 'small',
+             pytest.param('base', marks=pytest.mark.slow)])
+def test_backbone_parameters_equal_the_official_code(size):
+    """Part by part the official ViT-Adapter's counts; the PE one row
+    shorter (the official model keeps DeiT's class row and never uses it;
+    mmlape drops it on loading)."""
+    model = config_backbone(size_config('mask-rcnn', size))
+    parts = dict.fromkeys(('vit', 'pos_embed', 'adapter'), 0)
+    for name, p in model.named_parameters():
+        top = name.split('.')[0]
+        part = top if top == 'pos_embed' else ('vit' if top in (
+            'patch_embed', 'blocks') else 'adapter')
+        parts[part] += p.numel()
+    want = dict(OFFICIAL_BACKBONE[size])
+    want['pos_embed'] -= model.embed_dims
+    assert parts == want
+
+
+@pytest.mark.slow  # full-size detectors and segmentors
+@pytest.mark.parametrize('size', ['tiny', 'small', 'base'])
+@pytest.mark.parametrize('task', ['mask-rcnn', 'upernet'])
+def test_model_parameters_equal_the_official_code(task, size):
+    """The default-join config's whole model has the official model's
+    parameters less the unused class row of the PE."""
+    import importlib
+
+    from mmengine.registry import DefaultScope
+    cfg = size_config(task, size)
+    cfg.model.backbone.init_cfg = None
+    scope = cfg.default_scope
+    importlib.import_module(f'{scope}.utils').register_all_modules(False)
+    with DefaultScope.overwrite_default_scope(scope):
+        model = importlib.import_module(f'{scope}.registry').MODELS.build(
+            cfg.model)
+    count = sum(p.numel() for p in model.parameters())
+    assert count == OFFICIAL_MODEL[task][size] - model.backbone.embed_dims
+
+
+@pytest.mark.slow  # a full-size DeiT-S/B checkpoint
+@pytest.mark.parametrize('size, join', [('small', 'lape'), ('base', 'mpvg')])
+def test_deit_checkpoint_of_each_size_initialises_its_config(
+        size, join, tmp_path):
+    """configs/deit's DeiT-S/B of a join go whole into the ViT-Adapter-S/B
+    configs of that join: every tensor the adapter has is copied (the PE
+    without its class row), the class token and, without MPVG's final
+    norm, the final norm stay unused."""
+    import os.path as osp
+
+    from mmengine.config import Config
+    deit = Config.fromfile(
+        osp.join(ROOT, f'configs/deit/deit-{size}-{join}_4xb256_in1k.py'))
+    kwargs = deit.model.backbone.to_dict()
+    kwargs.pop('type')
+    src = LaPEViT(**kwargs)
+    with torch.no_grad():
+        for p in src.parameters():
+            p.normal_()
+    path = save_backbone_checkpoint(src, tmp_path / 'deit.pth', meta={})
+    cfg = size_config('upernet', size, f'-{join}')
+    init = dict(cfg.model.backbone.init_cfg.to_dict(), checkpoint=path)
+    model = config_backbone(cfg, init_cfg=init)
+    model.init_weights()
+    own, theirs = model.state_dict(), src.state_dict()
+    unused = {k for k in theirs if k not in own}
+    assert unused == ({'cls_token', 'norm.weight', 'norm.bias'}
+                      if src.with_cls_token else set())
+    for key in theirs.keys() - unused:
+        value = theirs[key]
+        if key == 'pos_embed' and src.with_cls_token:
+            value = value[:, 1:]
+        torch.testing.assert_close(own[key], value, msg=key)

@@ -120,7 +120,7 @@ def main(argv=None):
     mmlape.hosts.apply()
     with fail():
         _, backbone, cfg = load_backbone(args.config, args.checkpoint)
-        if backbone.pe_type == 'relative':
+        if backbone.pe_part.kind == 'relative':
             raise UsageError('a relative PE has no per-token embedding to '
                              'correlate with')
         size = args.size or backbone.img_size

@@ -4,7 +4,10 @@
 # join (configs/deit/deit-tiny_4xb256_in1k.py), whose 224-grid PE is resized
 # once, at loading. The Segmenter configs take it whole
 # ({{_base_.segmenter_vit_tiny}}).
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
+# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
+custom_imports = dict(
+    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 segmenter_vit_tiny = dict(
     _delete_=True,  # replaces the host model's ViT backbone

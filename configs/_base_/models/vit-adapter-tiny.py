@@ -4,7 +4,10 @@
 # (configs/deit/deit-tiny_4xb256_in1k.py). The one definition of this
 # backbone: the Mask R-CNN and UperNet model bases take it whole
 # ({{_base_.vit_adapter_tiny}}) and add what their task needs.
-custom_imports = dict(imports=['mmlape'], allow_failed_imports=False)
+# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
+# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
+custom_imports = dict(
+    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 vit_adapter_tiny = dict(
     _delete_=True,  # replaces the host model's ResNet backbone

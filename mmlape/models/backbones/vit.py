@@ -25,11 +25,9 @@ from ..checkpoint import VIT, ViTSpec
 from ..layers.block import TransformerBlock
 from ..layers.parts import build_part
 from ..layers.pe_join import resolve_pe_join
-from ..layers.pe_plan import PEPlan, QKFn
-from ..layers.pos_embed import (ROTARY_PE_TYPES, build_1d_sincos,
-                                build_2d_sincos, check_pe_setting,
-                                pe_setting_name, resize_pos_embed)
-from ..layers.rope import rotary_qk
+from ..layers.pe_plan import PEPlan
+from ..layers.pos_embed import (check_pe_setting, pe_setting_name,
+                                pe_type_part, resize_pos_embed)
 from ..layers.tokenizers import PatchEmbed, tokens_to_map
 from .base import LaPEBackbone, parse_out_indices
 from .vit_arch import (VIT_ARCH_ZOO, VIT_OPTION_DEFAULTS, block_cfgs,
@@ -201,8 +199,10 @@ class LaPEViT(LaPEBackbone):
         check_pe_setting(pe_type, ape_type, rope_theta)
         self.pe_type = pe_type
         self.ape_type = ape_type
+        #: The declaration of ``pe_type`` (:mod:`..layers.pos_embed`).
+        self.pe_part = pe_type_part(pe_type)
         #: The rotary type, or None.
-        self.rope_type = pe_type if pe_type in ROTARY_PE_TYPES else None
+        self.rope_type = pe_type if self.pe_part.kind == 'rotary' else None
         #: The PE the join acts on: the absolute one beside a rotary PE,
         #: else ``pe_type`` itself.
         join_pe_type = ape_type or pe_type
@@ -254,24 +254,16 @@ class LaPEViT(LaPEBackbone):
 
         if with_cls_token:
             self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
-        num_rows = self.num_patches + self.num_extra_tokens
-        if join_pe_type == 'learnable':
-            self.pos_embed = nn.Parameter(
-                torch.zeros(self.pe_join.num_pos_embeds, num_rows,
-                            self.embed_dims))
-        elif join_pe_type == 'sincos1d':
-            self.register_buffer(
-                'pos_embed',
-                build_1d_sincos(num_rows, self.embed_dims),
-                persistent=False)
-        elif join_pe_type == 'sincos2d':
-            self.register_buffer(
-                'pos_embed',
-                build_2d_sincos(self.grid_size, self.embed_dims,
-                                with_cls_token),
-                persistent=False)
-        else:
+        table = pe_type_part(join_pe_type).table(
+            self.pe_join.num_pos_embeds,
+            self.num_patches + self.num_extra_tokens, self.grid_size,
+            self.embed_dims, with_cls_token)
+        if table is None:
             self.pos_embed = None
+        elif pe_type_part(join_pe_type).learnable:
+            self.pos_embed = nn.Parameter(table)
+        else:
+            self.register_buffer('pos_embed', table, persistent=False)
         self.drop_after_pos = nn.Dropout(drop_rate)
         self.pre_norm = (
             build_norm_layer(norm_cfg, self.embed_dims)[1]
@@ -291,7 +283,6 @@ class LaPEViT(LaPEBackbone):
         self.out_indices = parse_out_indices(out_indices, self.num_layers,
                                              'layers')
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
-        rel_grid = self.grid_size if pe_type == 'relative' else None
         ffn_cfg = pick('ffn', ffn, None)
         layer_args = block_cfgs(layer_cfgs, [
             dict(
@@ -305,11 +296,11 @@ class LaPEViT(LaPEBackbone):
                 norm_cfg=norm_cfg,
                 layer_scale_init_value=layer_scale_init_value,
                 window_size=windows[i],
-                rel_pos_grid=rel_grid,
+                pe_type=pe_type,
+                pe_grid=self.grid_size,
                 qk_scale=arch.get('qk_scale'),
                 ffn_cfg=ffn_cfg,
                 norm2_in_residual=arch.get('norm2_in_residual', False),
-                rope_type=self.rope_type,
                 rope_theta=rope_theta) for i in range(self.num_layers)
         ])
         self.blocks = nn.ModuleList()
@@ -375,10 +366,7 @@ class LaPEViT(LaPEBackbone):
             pe_norm = getattr(blk, 'pe_norm', None)
             if pe_norm is not None:
                 tensors.extend(pe_norm.parameters())
-            if blk.attn.rel_pos_grid is not None:
-                tensors.append(blk.attn.relative_position_bias_table)
-            if blk.attn.rope_type == 'rope_mixed':
-                tensors.append(blk.attn.rope_freqs)
+            tensors.extend(self.pe_part.layer_tensors(blk.attn))
         return tensors
 
     def resized_pos_embed(self, hw: Tuple[int, int]) -> Optional[Tensor]:
@@ -394,29 +382,14 @@ class LaPEViT(LaPEBackbone):
             antialias=self.interpolate_antialias)
 
     def _build_plan(self, hw: Tuple[int, int]) -> PEPlan:
-        rel = None
-        if self.pe_type == 'relative':
-            if hw != self.grid_size:
-                raise ValueError(
-                    f'pe_type="relative" is defined for the {self.grid_size}'
-                    f' patch grid only; got an input grid of {hw}')
-            rel = [blk.attn.relative_bias() for blk in self.blocks]
+        terms = self.pe_part.plan_terms([blk.attn for blk in self.blocks], hw,
+                                        self.grid_size, self.num_extra_tokens)
         pe_norms = [getattr(blk, 'pe_norm', None) for blk in self.blocks]
-        plan = self.pe_join.plan(self.resized_pos_embed(hw), rel, pe_norms)
-        if self.rope_type is not None:
-            plan.qk = self.rotary_maps(hw)
+        plan = self.pe_join.plan(
+            self.resized_pos_embed(hw), terms.get('bias'), pe_norms)
+        if 'qk' in terms:
+            plan.qk = terms['qk']
         return plan
-
-    def rotary_maps(self, hw: Tuple[int, int]) -> List[QKFn]:
-        """Every layer's rotation of q and k on the grid ``hw`` (axial
-        tables computed once for all layers)."""
-        tables = [
-            blk.attn.rotary_tables(hw, self.num_extra_tokens)
-            for blk in (self.blocks[:1] if self.rope_type ==
-                        'rope_axial' else self.blocks)
-        ]
-        maps = [rotary_qk(cos, sin) for cos, sin in tables]
-        return maps * (self.num_layers // len(maps))
 
     @property
     def pe_setting(self) -> str:

@@ -360,9 +360,9 @@ def timm_model(backbone: nn.Module,
             f'timm has no {join.name} join: its ViTs add the PE once, to '
             f'the input (pe_join.type=\'Default\'); this backbone has '
             f'pe_join.type={join.name!r}')
-    if backbone.pe_type == 'relative':
-        raise ValueError('timm\'s ViTs have no relative PE '
-                         '(pe_type=\'relative\')')
+    if backbone.pe_part.kind == 'relative':
+        raise ValueError(f'timm\'s ViTs have no relative PE '
+                         f'(pe_type={backbone.pe_type!r})')
     if backbone.out_indices[-1] != backbone.num_layers - 1:
         raise ValueError(f'the classifier reads layer '
                          f'{backbone.out_indices[-1]} (out_indices), not '

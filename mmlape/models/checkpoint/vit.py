@@ -459,8 +459,9 @@ class ViTCheckpoints(CheckpointFamily):
             if have[0] != want[0]:
                 raise ValueError(
                     f'the checkpoint\'s embedding is {have[0]} wide, this '
-                    f'model\'s {want[0]}: set model.backbone.arch to the '
-                    f'checkpoint\'s size')
+                    f'model\'s {want[0]}: use a checkpoint of the same '
+                    f'width, or set model.backbone.arch to the checkpoint\'s '
+                    f'size')
             if have[2:] != tuple(want[2:]):
                 size = 'x'.join(map(str, have[2:]))
                 raise ValueError(

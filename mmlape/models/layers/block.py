@@ -26,29 +26,12 @@ from .ffn import Mlp
 from .parts import build_part
 from .pe_add import add_attn_pe
 from .pe_plan import LayerPE, QKFn
-from .rope import (ROPE_THETAS, axial_freqs, check_rope_type, init_mixed_freqs,
-                   rope_magnitudes, rotary_tables)
+from .pos_embed import pe_type_part, relative_position_index
 
 __all__ = [
     'Attention', 'Mlp', 'TransformerBlock', 'relative_position_index',
     'WindowAttention', 'SwinBlock', 'shifted_window_mask', 'pad_grid'
 ]
-
-
-def relative_position_index(grid_hw: Sequence[int]) -> Tensor:
-    """Index into a ``(2H-1)*(2W-1)`` relative-bias table for every pair.
-
-    Args:
-        grid_hw (Sequence[int]): Patch grid ``(H, W)``.
-
-    Returns:
-        Tensor: Long tensor of shape ``(H*W, H*W)``.
-    """
-    h, w = grid_hw
-    ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing='ij')
-    coords = torch.stack([ys.flatten(), xs.flatten()])  # 2, N
-    rel = coords[:, :, None] - coords[:, None, :]  # 2, N, N
-    return (rel[0] + h - 1) * (2 * w - 1) + (rel[1] + w - 1)
 
 
 class Attention(nn.Module):
@@ -64,19 +47,18 @@ class Attention(nn.Module):
         window_size (int): Attend within non-overlapping windows of this
             many patches a side (zero-padded, as in ViT-Adapter); 0 attends
             globally. Defaults to 0.
-        rel_pos_grid (Sequence[int], optional): Patch grid ``(H, W)`` of a
-            learnable 2D relative position bias table owned by this layer.
-            Defaults to None (no table).
+        pe_type (str, optional): The PE type whose per-layer tensors this
+            attention holds (a relative bias table, rotary frequencies:
+            :meth:`~mmlape.models.layers.pos_embed.BasePEType.attach`);
+            None or an absolute type holds none. Defaults to None.
+        pe_grid (Sequence[int], optional): The PE's patch grid ``(H, W)``
+            (a relative table's). Defaults to None.
         qk_scale (float, optional): Scale of the logits. Defaults to None
             (``head_dims ** -0.5``).
         proj_bias (bool): Bias of the output projection (mmseg's ViT has
             none without a qkv bias). Defaults to True.
-        rope_type (str, optional): ``'rope_axial'`` (fixed frequencies
-            from ``rope_theta``) or ``'rope_mixed'`` (learnable
-            ``rope_freqs``); the plan rotates q and k with them.
-            Defaults to None.
         rope_theta (float, optional): The rotary ``theta``. Defaults to the
-            type's (:data:`~mmlape.models.layers.rope.ROPE_THETAS`).
+            type's (its declaration's ``theta``, :mod:`.pos_embed`).
 
     Example:
         >>> attn = Attention(64, 2)
@@ -91,10 +73,10 @@ class Attention(nn.Module):
                  attn_drop: float = 0.,
                  proj_drop: float = 0.,
                  window_size: int = 0,
-                 rel_pos_grid: Optional[Sequence[int]] = None,
+                 pe_type: Optional[str] = None,
+                 pe_grid: Optional[Sequence[int]] = None,
                  qk_scale: Optional[float] = None,
                  proj_bias: bool = True,
-                 rope_type: Optional[str] = None,
                  rope_theta: Optional[float] = None) -> None:
         super().__init__()
         if embed_dims % num_heads:
@@ -108,51 +90,23 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims, bias=proj_bias)
         self.proj_drop = nn.Dropout(proj_drop)
-        self.rel_pos_grid = None
-        if rel_pos_grid is not None:
-            h, w = rel_pos_grid
-            self.rel_pos_grid = (int(h), int(w))
-            self.relative_position_bias_table = nn.Parameter(
-                torch.zeros((2 * h - 1) * (2 * w - 1), num_heads))
-            nn.init.trunc_normal_(self.relative_position_bias_table, std=.02)
-            self.register_buffer(
-                'relative_position_index',
-                relative_position_index(rel_pos_grid),
-                persistent=False)
-        check_rope_type(rope_type)
-        self.rope_type = rope_type
-        if rope_type is not None:
-            self.rope_theta = float(ROPE_THETAS[rope_type] if rope_theta is
-                                    None else rope_theta)
-            rope_magnitudes(self.head_dims, self.rope_theta)  # checks dims
-        if rope_type == 'rope_mixed':
-            self.rope_freqs = nn.Parameter(
-                torch.zeros(2, num_heads, self.head_dims // 2))
-            init_mixed_freqs(self.rope_freqs, self.rope_theta)
-
-    def relative_bias(self) -> Tensor:
-        """This layer's relative bias, shape ``(heads, N, N)``."""
-        n = self.relative_position_index.shape[0]
-        table = self.relative_position_bias_table
-        bias = table[self.relative_position_index.reshape(-1)]
-        return bias.reshape(n, n, -1).permute(2, 0, 1)
+        #: What a PE type attached (the relative table's grid, the
+        #: rotary type), read by the checkpoint and timm converters.
+        self.rel_pos_grid = self.rope_type = None
+        self.pe_part = None if pe_type is None else pe_type_part(pe_type)
+        if self.pe_part is not None:
+            self.pe_part.attach(self, pe_grid, rope_theta)
 
     def rope_frequencies(self) -> Tensor:
-        """This layer's rotary frequencies ``(2, heads, head_dims / 2)``;
-        the axial ones are computed, not stored."""
-        if self.rope_type == 'rope_mixed':
-            return self.rope_freqs
-        return axial_freqs(self.head_dims, self.num_heads,
-                           self.rope_theta).to(self.qkv.weight.device)
+        """This layer's rotary frequencies ``(2, heads, head_dims / 2)``
+        (its rotary PE type's :meth:`frequencies`)."""
+        return self.pe_part.frequencies(self)
 
     def rotary_tables(self, grid_hw: Sequence[int],
                       num_extra_tokens: int) -> Tuple[Tensor, Tensor]:
-        """This layer's rotary ``cos`` and ``sin`` on ``grid_hw`` (axial:
-        one head, broadcast)."""
-        freqs = self.rope_frequencies()
-        if self.rope_type == 'rope_axial':
-            freqs = freqs[:, :1]
-        return rotary_tables(freqs, grid_hw, num_extra_tokens)
+        """This layer's rotary ``cos`` and ``sin`` on ``grid_hw`` (its PE
+        type's :meth:`tables`)."""
+        return self.pe_part.tables(self, grid_hw, num_extra_tokens)
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor,
               bias: Optional[Tensor]) -> Tensor:
@@ -240,8 +194,10 @@ class TransformerBlock(nn.Module):
             disables layer scale. Defaults to 0.
         window_size (int): Window attention size, 0 for global.
             Defaults to 0.
-        rel_pos_grid (Sequence[int], optional): Grid of this layer's
-            relative position bias table. Defaults to None.
+        pe_type (str, optional): The PE type whose per-layer tensors the
+            attention holds (see :class:`Attention`). Defaults to None.
+        pe_grid (Sequence[int], optional): The PE's patch grid.
+            Defaults to None.
         qk_scale (float, optional): Attention scale. Defaults to None
             (``head_dims ** -0.5``).
         ffn_cfg (dict, optional): The FFN part, ``dict(type='MLP')`` or
@@ -254,10 +210,8 @@ class TransformerBlock(nn.Module):
             too (mmseg's ViT drops the FFN residual only). Defaults to True.
         proj_bias (bool): Bias of the attention's output projection.
             Defaults to True.
-        rope_type (str, optional): The attention's rotary frequencies
-            (see :class:`Attention`). Defaults to None.
-        rope_theta (float, optional): Their ``theta``. Defaults to None
-            (the type's).
+        rope_theta (float, optional): A rotary PE type's ``theta``.
+            Defaults to None (the type's).
 
     Example:
         >>> from mmlape.models.layers.pe_plan import LayerPE
@@ -278,13 +232,13 @@ class TransformerBlock(nn.Module):
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  layer_scale_init_value: float = 0.,
                  window_size: int = 0,
-                 rel_pos_grid: Optional[Sequence[int]] = None,
+                 pe_type: Optional[str] = None,
+                 pe_grid: Optional[Sequence[int]] = None,
                  qk_scale: Optional[float] = None,
                  ffn_cfg: Optional[Dict] = None,
                  norm2_in_residual: bool = False,
                  attn_drop_path: bool = True,
                  proj_bias: bool = True,
-                 rope_type: Optional[str] = None,
                  rope_theta: Optional[float] = None) -> None:
         super().__init__()
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
@@ -295,10 +249,10 @@ class TransformerBlock(nn.Module):
             attn_drop=attn_drop_rate,
             proj_drop=drop_rate,
             window_size=window_size,
-            rel_pos_grid=rel_pos_grid,
+            pe_type=pe_type,
+            pe_grid=pe_grid,
             qk_scale=qk_scale,
             proj_bias=proj_bias,
-            rope_type=rope_type,
             rope_theta=rope_theta)
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())

@@ -7,13 +7,18 @@ sum rounded once). Without autocast, under ``torch.compile`` and in a
 ``torch.jit`` trace, it is a plain add.
 
 On CUDA, PyTorch's add with a broadcast operand and a cast runs in its
-generic elementwise kernel, at a third of the cast's bandwidth (README "The
-eval gap profiled"); where Triton is installed a small Triton kernel with
-contiguous loads does the add of a large tensor instead (8M values or more
-in eval, 16M in training; a small one is bound by the launch, which costs
-the host less in PyTorch). Its first result per device and dtype is
-checked against PyTorch's add; on a difference or an error PyTorch's add
-is used from then on, said once in the log.
+generic elementwise kernel, at a third of the cast's bandwidth (docs/gpu.md,
+"The eval gap profiled"). Opt-in (:func:`use_triton`, the runtime setting
+``speedups.triton_pe_add``; off by default, since no GPU figure on the
+user's path has shown that it pays: in the one full-model figure, LaPE's
+DeiT-Ti b256 training step took 1.135x the default join's with it on an
+H200, against 1.021x with PyTorch's add on an H100): where Triton is
+installed a small Triton kernel with contiguous loads does the add of a
+large tensor instead (8M values or more in eval, 16M in training; a small
+one is bound by the launch, which costs the host less in PyTorch). Its
+first result per device and dtype is checked against
+PyTorch's add; on a difference or an error PyTorch's add is used from then
+on, said once in the log.
 """
 from contextlib import nullcontext
 from typing import Dict, Tuple
@@ -24,7 +29,7 @@ from torch import Tensor
 
 from .pe_plan import autocast_dtype
 
-__all__ = ['add_attn_pe', 'add_to_dtype']
+__all__ = ['add_attn_pe', 'add_to_dtype', 'use_triton']
 
 #: Values of a sample a Triton program adds.
 _BLOCK = 1024
@@ -47,6 +52,16 @@ _TRITON_MIN_NUMEL = {'train': 1 << 24, 'eval': 1 << 23}
 #: (device index, dtype) -> whether the Triton add gave PyTorch's result.
 _TRITON_CHECKED: Dict[Tuple[int, torch.dtype], bool] = {}
 _TRITON_KERNEL = None
+#: Whether a large CUDA add may take the Triton kernel (:func:`use_triton`).
+_USE_TRITON = False
+
+
+def use_triton(enabled: bool = True) -> None:
+    """Let the per-layer PE add of a large CUDA tensor take the Triton
+    kernel (``speedups.triton_pe_add``, :mod:`mmlape.engine.speedups`), or
+    keep PyTorch's add (the default) with ``enabled=False``."""
+    global _USE_TRITON
+    _USE_TRITON = bool(enabled)
 
 
 def _triton_kernel():
@@ -176,7 +191,7 @@ def add_to_dtype(h: Tensor,
     out = torch.empty_like(h, dtype=dtype)
     key = (h.device.index, dtype)
     ok = _TRITON_CHECKED.get(key)
-    if ok is False or not _triton_fits(h, pe, dtype, grad):
+    if not _USE_TRITON or ok is False or not _triton_fits(h, pe, dtype, grad):
         return torch.add(h, pe, out=out)
     if ok:
         return _launch(h, pe, out)

@@ -23,17 +23,12 @@ from mmlape.registry import PE_JOINS
 from .parts import PartCfg, part_options, resolve_part
 from .pe_join_base import CONTEXT_ARGS, BasePEJoin, join_option_error
 from .pe_plan import CarryFn, PEPlan
-from .pos_embed import ABSOLUTE_PE_TYPES, PE_TYPES, ROTARY_PE_TYPES
 
 __all__ = [
     'RELATIVE_PE_NORM_CFG', 'DefaultJoin', 'ShareJoin', 'UnshareJoin',
     'LaPEJoin', 'PVGJoin', 'MPVGJoin', 'build_pe_join', 'resolve_pe_join',
     'pe_join_names', 'pe_join_classes'
 ]
-
-#: The PE types a join that acts on a PE tensor or bias takes: all but the
-#: rotary ones (beside which it acts on the absolute PE).
-NON_ROTARY_PE_TYPES = tuple(t for t in PE_TYPES if t not in ROTARY_PE_TYPES)
 
 #: The norm of LaPE's relative-PE bias tables: the official code's
 #: ``nn.LayerNorm(num_patches)`` over the key axis, eps 1e-5 whatever the
@@ -58,7 +53,7 @@ class DefaultJoin(BasePEJoin):
         (torch.Size([1, 17, 64]), [None, None, None, None])
     """
     name = 'Default'
-    pe_types = PE_TYPES
+    pe_kinds = ('absolute', 'relative', 'rotary')
     needs_pe = False
     supports_stages = True
     baseline = True
@@ -92,7 +87,7 @@ class UnshareJoin(BasePEJoin):
     layer ``l``'s PE.
     """
     name = 'Unshare'
-    pe_types = ('learnable', )
+    needs_learned_pe = True
     baseline = True
 
     @property
@@ -137,7 +132,7 @@ class LaPEJoin(BasePEJoin):
         [True, True, False, False]
     """
     name = 'LaPE'
-    pe_types = NON_ROTARY_PE_TYPES
+    pe_kinds = ('absolute', 'relative')
     supports_stages = True
     config_suffix = '-lape'
     #: First layer that takes a layer-wise PE.
@@ -170,7 +165,7 @@ class LaPEJoin(BasePEJoin):
 
     @property
     def attention_terms(self) -> Tuple[str, ...]:
-        return ('bias', ) if self.pe_type == 'relative' else ('attn', )
+        return ('bias', ) if self.pe_kind == 'relative' else ('attn', )
 
     @property
     def pe_layers(self) -> range:
@@ -181,7 +176,7 @@ class LaPEJoin(BasePEJoin):
     def build_layer_norm(self, index):
         if index not in self.pe_layers:
             return None
-        if self.pe_type == 'relative':
+        if self.pe_kind == 'relative':
             return build_norm_layer(RELATIVE_PE_NORM_CFG, self.num_patches)[1]
         return self._new_norm(index)
 
@@ -232,7 +227,7 @@ class PVGJoin(LaPEJoin):
             (``0..eta-1`` on a staged backbone). Defaults to all.
     """
     name = 'PVG'
-    pe_types = ABSOLUTE_PE_TYPES
+    pe_kinds = ('absolute', )
     allows_cls_token = False
     adds_pe_at_input = True
     config_suffix = '-pvg'

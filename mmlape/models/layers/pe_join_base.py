@@ -12,7 +12,7 @@ from torch import Tensor
 
 from mmlape.registry import PE_JOINS
 from .pe_plan import CarryFn, PEPlan
-from .pos_embed import ABSOLUTE_PE_TYPES, ROTARY_PE_TYPES
+from .pos_embed import PE_TYPES, pe_type_part
 
 __all__ = ['BasePEJoin', 'CONTEXT_ARGS', 'join_option_error']
 
@@ -38,9 +38,9 @@ class BasePEJoin(nn.Module):
             stage on a staged backbone).
         with_cls_token (bool): Whether the token sequence starts with a class
             token (then the PE has a class-token row).
-        pe_type (str): The PE the join acts on: one of ``learnable``,
-            ``sincos1d``, ``sincos2d``, ``relative``; a rotary type
-            (``rope_*``) when the backbone has a rotary PE alone.
+        pe_type (str): The PE the join acts on: an absolute or relative
+            type (:mod:`.pos_embed`); a rotary one when the backbone has a
+            rotary PE alone.
         num_patches (int): Patches of the PE's own grid (the normalised
             shape of a relative-bias norm).
         norm_cfg (dict): Config of the PE norms. Defaults to LN, eps 1e-6.
@@ -52,8 +52,12 @@ class BasePEJoin(nn.Module):
     """
     #: Registered name, used in messages.
     name: str = 'Base'
-    #: PE types the join accepts.
-    pe_types: Sequence[str] = ABSOLUTE_PE_TYPES
+    #: The kinds of PE type (:mod:`.pos_embed`) the join takes.
+    pe_kinds: Tuple[str, ...] = ('absolute', )
+    #: Whether the PE must be learned (one per layer: ``Unshare``).
+    needs_learned_pe: bool = False
+    #: The shipped PE types the join takes (derived from the two above).
+    pe_types: Tuple[str, ...] = ()
     #: Whether a class token is allowed.
     allows_cls_token: bool = True
     #: Whether the join acts on a PE, so the backbone must own one of
@@ -88,7 +92,9 @@ class BasePEJoin(nn.Module):
         self.num_patches = num_patches
         self.norm_cfg = norm_cfg or dict(type='LN', eps=1e-6)
         self._init_stages(stages)
-        if pe_type in ROTARY_PE_TYPES and pe_type not in self.pe_types:
+        #: The kind of the PE the join acts on.
+        self.pe_kind = pe_type_part(pe_type).kind
+        if self.pe_kind == 'rotary' and not self.accepts(pe_type):
             fit = sorted(name for name, cls in PE_JOINS.module_dict.items()
                          if cls.fits(pe_type))
             raise ValueError(
@@ -96,7 +102,7 @@ class BasePEJoin(nn.Module):
                 f'pe_type={pe_type!r} is a rotary PE alone: add an absolute '
                 f"PE beside it (e.g. ape_type='learnable') or choose one "
                 f'of {fit}')
-        if pe_type not in self.pe_types:
+        if not self.accepts(pe_type):
             raise ValueError(
                 f'pe_join.type={self.name!r} does not support '
                 f'pe_type={pe_type!r}; it supports {list(self.pe_types)}')
@@ -134,11 +140,23 @@ class BasePEJoin(nn.Module):
         #: Channels of every layer, and of the output (index ``L``).
         self.layer_dims = [stages[s][1] for s in self.stage_of]
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.pe_types = tuple(t for t in PE_TYPES if cls.accepts(t))
+
+    @classmethod
+    def accepts(cls, pe_type: str) -> bool:
+        """Whether the join acts on ``pe_type`` (any registered one: its
+        declared kind and whether it is learned)."""
+        part = pe_type_part(pe_type)
+        return part.kind in cls.pe_kinds and (part.learnable
+                                              or not cls.needs_learned_pe)
+
     @classmethod
     def fits(cls, pe_type: str = 'learnable', staged: bool = False) -> bool:
         """Whether the join runs with ``pe_type`` on a one-stage
         (``staged=False``) or staged backbone, as ``__init__`` checks."""
-        return pe_type in cls.pe_types and (cls.supports_stages or not staged)
+        return cls.accepts(pe_type) and (cls.supports_stages or not staged)
 
     @property
     def num_pos_embeds(self) -> int:
@@ -165,7 +183,7 @@ class BasePEJoin(nn.Module):
         (to the attention input), ``'bias'`` (to the logits), ``'qk'`` (a
         map of the queries and keys). A backbone whose blocks lack one
         refuses the join. Here: the relative PE's bias, if any."""
-        return ('bias', ) if self.pe_type == 'relative' else ()
+        return ('bias', ) if self.pe_kind == 'relative' else ()
 
     @property
     def extra_tokens(self) -> int:
@@ -178,7 +196,7 @@ class BasePEJoin(nn.Module):
 
     def _new_norm(self, index: Optional[int] = None) -> nn.Module:
         """A PE norm for layer ``index`` (its stage's width)."""
-        if self.pe_type == 'relative':
+        if self.pe_kind == 'relative':
             dims = self.num_patches
         elif index is None:
             dims = self.embed_dims

@@ -19,7 +19,7 @@ References:
     layout.
 """
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -27,13 +27,9 @@ from torch import Tensor
 from .pe_plan import QKFn
 
 __all__ = [
-    'ROPE_THETAS', 'rope_magnitudes', 'axial_freqs', 'mixed_freqs',
-    'init_mixed_freqs', 'rotary_tables', 'rotate_pairs', 'apply_rotary',
-    'rotary_qk'
+    'rope_magnitudes', 'axial_freqs', 'mixed_freqs', 'init_mixed_freqs',
+    'rotary_tables', 'rotate_pairs', 'apply_rotary', 'rotary_qk'
 ]
-
-#: The ``theta`` of each rotary type (the paper's).
-ROPE_THETAS = {'rope_axial': 100., 'rope_mixed': 10.}
 
 
 def rope_magnitudes(head_dims: int, theta: float) -> Tensor:
@@ -153,10 +149,3 @@ def rotary_qk(cos: Tensor, sin: Tensor) -> QKFn:
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
 
     return rotate
-
-
-def check_rope_type(rope_type: Optional[str]) -> None:
-    """Refuse a rotary type :data:`ROPE_THETAS` does not know."""
-    if rope_type is not None and rope_type not in ROPE_THETAS:
-        raise ValueError(f'Unknown rotary PE {rope_type!r}; choose one of '
-                         f'{sorted(ROPE_THETAS)}')
