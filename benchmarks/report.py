@@ -1,7 +1,18 @@
-"""A benchmark's report: printed, and written where the command line
-asks (``--out`` markdown, ``--json`` data)."""
+"""A benchmark's report: markdown tables, printed, and written where the
+command line asks (``--out`` markdown, ``--json`` data)."""
 import json
-from typing import Any, Optional
+from typing import Any, Iterable, List, Optional, Sequence
+
+
+def table(columns: Sequence, rows: Iterable[Sequence]) -> List[str]:
+    """A markdown table's lines: the header, then one line per row (each
+    cell as ``str`` writes it; a row may stop early, e.g. a failure's)."""
+
+    def line(cells: Sequence) -> str:
+        return '| ' + ' | '.join(str(c) for c in cells) + ' |'
+
+    return [line(columns), '|' + '---|' * len(columns)
+            ] + [line(r) for r in rows]
 
 
 def print_and_save(text: str,

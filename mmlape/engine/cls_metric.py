@@ -6,7 +6,7 @@ on the host and copies them there sample by sample: two ``.cpu()`` calls a
 sample. On a GPU each is a device-to-host copy that waits for the device:
 an evaluation batch of 384 (DeiT's) makes 768 of them, the first waits
 for the batch's forward to end, and the host launches nothing while it
-waits (``benchmarks/bench_host_overheads.py``, section ``metric``).
+waits (``benchmarks/bench_host_loop.py``, section ``metric``).
 
 :class:`LaPEAccuracy` stacks the batch's predictions (scores, or labels
 where the model gives no scores) and its labels on their device and copies

@@ -5,7 +5,7 @@ mmpretrain's ``ClsDataPreprocessor`` makes the one-hot targets sample by
 sample: it slices the batch's labels into one tensor per sample and sums
 each one-hot slice, then slices again to give every sample its label. At
 batch 256 that is 256 reductions and 512 slices on every training and
-evaluation step (``benchmarks/bench_host_overheads.py``, section
+evaluation step (``benchmarks/bench_host_loop.py``, section
 ``labels``), each of them an operation the host dispatches and, on a GPU,
 the reductions kernel launches. mmengine reads the losses every
 iteration, so each step starts with the GPU idle and waits for this host

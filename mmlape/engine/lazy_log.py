@@ -48,9 +48,10 @@ gradient clipping log its norm that way; the hook does so for the run's
 wrappers when training starts.
 
 Opt-in (``speedups.lazy_log``, :mod:`mmlape.engine.speedups`): the waits
-it removes were counted on the user's path (``benchmarks/bench_syncs.py``:
-two reads in 100 iterations instead of 100) but their cost was never timed
-end to end on a GPU, so mmengine's hook stays the default until the GPU
+it removes were counted on the user's path
+(``benchmarks/bench_host_loop.py``, section ``syncs``: two reads in 100
+iterations instead of 100) but their cost was never timed end to end on a
+GPU, so mmengine's hook stays the default until the GPU
 acceptance run's A/B figure says otherwise.
 """
 import weakref

@@ -6,7 +6,8 @@ for the weight decay of norms, biases, the PE and the class token): 176
 groups for DeiT-Ti. PyTorch's optimizers loop over the groups in Python
 and launch their kernels per group, fused AdamW included, so every
 training step pays for each group on the host
-(``benchmarks/bench_host_overheads.py``; README "Feeding the GPU").
+(``benchmarks/bench_host_loop.py``, section ``optimizer``; docs/speed.md,
+"Feeding the GPU").
 :class:`LaPEOptimWrapperConstructor` builds the same
 per-parameter options and then joins the parameters whose options are
 equal into one group, in the order they first appear: every parameter

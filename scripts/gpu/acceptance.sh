@@ -25,24 +25,24 @@
 #                with --compiled; then timm's eval steps with the add and
 #                the host time per add (--models --host); then timm's train
 #                steps (--models --train); its tables in kernels/) and
-#                `trainpath` (benchmarks/bench_train_path.py --amp for DeiT-Ti
+#                `trainpath` (benchmarks/bench_host_loop.py --section train --amp for DeiT-Ti
 #                and DeiT-B: tools/train.py end to end, eager then compiled,
 #                beside the model-only step and the loader, and the eager
 #                model-only step profiled: the GPU's idle share and the
 #                host's top operations; then DeiT-Ti eager with mmengine's
 #                RuntimeInfoHook, which reads the losses every iteration;
-#                its tables in trainpath/) and `host` (benchmarks/bench_host_overheads.py
+#                its tables in trainpath/) and `host` (benchmarks/bench_host_loop.py --section overheads
 #                on the GPU: the data preprocessor on a stacked batch and on
 #                a list, the configs' preprocessor against mmpretrain's, the
 #                optimizer's groups, the configs' accuracy metric and model
 #                average against mmpretrain's and mmengine's, with their
 #                results compared on the GPU; its tables in host/)
-#                and `testpath` (benchmarks/bench_test_path.py --amp for
+#                and `testpath` (benchmarks/bench_host_loop.py --section test --amp for
 #                DeiT-Ti: tools/test.py end to end with the config's
 #                evaluator and with mmpretrain's, beside the model's eval
 #                step and the test loader per worker; its table in
 #                testpath/)
-#                and `syncs` (benchmarks/bench_syncs.py --amp: the training
+#                and `syncs` (benchmarks/bench_host_loop.py --section syncs --amp: the training
 #                loop's CUDA synchronisations per iteration on DeiT-Ti's
 #                and Swin-T's configs (Swin's recipe clips the gradient
 #                norm), with their LazyRuntimeInfoHook and with mmengine's
@@ -53,9 +53,9 @@
 #                a fresh process: `eval` (with the host time per add),
 #                `train`, both (default: "eval train") or none ("")
 #   BENCH_ARGS   more bench_gpu.py options, e.g. "--compile-arch base"
-#   TRAINPATH_ARGS  more bench_train_path.py options (e.g. "--max-images
+#   TRAINPATH_ARGS  more bench_host_loop.py --section train options (e.g. "--max-images
 #                512", fewer images to generate)
-#   TESTPATH_ARGS   more bench_test_path.py options (e.g. "--families
+#   TESTPATH_ARGS   more bench_host_loop.py --section test options (e.g. "--families
 #                deit,deit-base")
 set -euo pipefail
 
@@ -71,22 +71,23 @@ seconds=${2:-540}
 trainpath() {
     local tp=$DIR/trainpath mode
     mkdir -p "$tp"
-    # readeach: DeiT-Ti's eager run again with mmengine's RuntimeInfoHook,
-    # which reads the losses every iteration (the configs' hook: at logs)
+    # lazylog: DeiT-Ti's eager run again with the opt-in LazyRuntimeInfoHook
+    # (speedups.lazy_log: the losses read at logs; the configs' default,
+    # mmengine's RuntimeInfoHook, reads them every iteration)
     local opts
-    for mode in eager compiled readeach; do
+    for mode in eager compiled lazylog; do
         [[ -f $tp/$mode.json ]] && continue
         case $mode in
         eager) opts="--families deit,deit-base --profile-steps 10" ;;
         compiled) opts="--families deit,deit-base --compile" ;;
-        readeach) opts="--families deit --parts train --runtime-info RuntimeInfoHook" ;;
+        lazylog) opts="--families deit --parts train --runtime-info LazyRuntimeInfoHook" ;;
         esac
         # shellcheck disable=SC2086  # opts, TRAINPATH_ARGS: lists of options
-        "$PY" benchmarks/bench_train_path.py --amp \
+        "$PY" benchmarks/bench_host_loop.py --section train --amp \
             --work-root "$tp/work" --out "$tp/$mode.md" \
             --json "$tp/$mode.part" $opts \
             ${TRAINPATH_ARGS:-} && mv "$tp/$mode.part" "$tp/$mode.json" ||
-            echo "[acceptance] trainpath $mode: bench_train_path.py failed"
+            echo "[acceptance] trainpath $mode: bench_host_loop.py --section train failed"
     done
 }
 
@@ -95,10 +96,10 @@ testpath() {
     local t=$DIR/testpath
     mkdir -p "$t"
     # shellcheck disable=SC2086  # TESTPATH_ARGS is a list of options
-    "$PY" benchmarks/bench_test_path.py --families deit --amp \
-        --root "$t/work" --out "$t/testpath.md" --json "$t/testpath.json" \
+    "$PY" benchmarks/bench_host_loop.py --section test --families deit \
+        --amp --work-root "$t/work" --out "$t/testpath.md" --json "$t/testpath.json" \
         ${TESTPATH_ARGS:-} && cp "$t/testpath.json" "$DIR/testpath.done" ||
-        echo "[acceptance] testpath: bench_test_path.py failed"
+        echo "[acceptance] testpath: bench_host_loop.py --section test failed"
 }
 
 kernels() {
@@ -139,11 +140,12 @@ syncs() {
     # configs, --amp
     local y=$DIR/syncs
     mkdir -p "$y"
-    "$PY" benchmarks/bench_syncs.py --amp --families deit,swin \
+    "$PY" benchmarks/bench_host_loop.py --section syncs --amp \
+        --families deit,swin \
         --work-root "$y/work" \
         --out "$y/syncs.md" --json "$y/syncs.json" &&
         cp "$y/syncs.json" "$DIR/syncs.done" ||
-        echo "[acceptance] syncs: bench_syncs.py failed"
+        echo "[acceptance] syncs: bench_host_loop.py --section syncs failed"
 }
 
 host() {
@@ -152,9 +154,10 @@ host() {
     # the optimizer's groups, the accuracy metric, the model average
     local h=$DIR/host
     mkdir -p "$h"
-    "$PY" benchmarks/bench_host_overheads.py --device cuda --out "$h/host.md" \
+    "$PY" benchmarks/bench_host_loop.py --section overheads --device cuda \
+        --out "$h/host.md" \
         --json "$h/host.json" && cp "$h/host.json" "$DIR/host.done" ||
-        echo "[acceptance] host: bench_host_overheads.py failed"
+        echo "[acceptance] host: bench_host_loop.py --section overheads failed"
 }
 
 run_all() {

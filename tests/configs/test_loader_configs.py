@@ -136,7 +136,7 @@ def test_stacked_batch_preprocesses_as_the_list(imagenet, split):
     from mmpretrain.registry import DATASETS, MODELS
     from mmpretrain.utils import register_all_modules
     sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
-    from bench_host_overheads import OpCount
+    from bench_host_loop import OpCount
     register_all_modules(False)
     cfg = Config.fromfile(
         osp.join(ROOT, 'configs', 'deit', 'deit-tiny-lape_4xb256_in1k.py'))

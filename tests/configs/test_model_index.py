@@ -200,9 +200,12 @@ def test_readme_config_tables_agree_with_the_index():
 def test_packaging_ships_the_index():
     setup = open(osp.join(ROOT, 'setup.py')).read()
     assert "'model-index.yml'" in setup
+    # the sdist carries the sources a build copies into mmlape/.mim
+    # (setup.py's BuildPyWithMim; the wheel's contents are checked in
+    # tests/infra/test_install.py)
     manifest = open(osp.join(ROOT, 'MANIFEST.in')).read()
-    assert re.search(r'recursive-include mmlape/\.mim/configs .*\*\.yml',
-                     manifest)
+    assert re.search(r'^include .*\bmodel-index\.yml\b', manifest, re.M)
+    assert re.search(r'^recursive-include configs .*\*\.yml', manifest, re.M)
 
 
 def test_mmengine_mmlape_lookup_reads_the_index(tmp_path, monkeypatch):

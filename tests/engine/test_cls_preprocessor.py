@@ -170,7 +170,7 @@ def test_operations_do_not_grow_with_the_batch():
     image; this one a fixed number of operations per batch."""
     import sys
     sys.path.insert(0, osp.join(ROOT, 'benchmarks'))
-    from bench_host_overheads import OpCount
+    from bench_host_loop import OpCount
     host, ours = _pair(num_classes=5, mean=MEAN, std=STD, batch_augments=MIX)
     ops = {}
     for name, prep in (('host', host), ('ours', ours)):

@@ -109,8 +109,9 @@ def test_train_path_bench_builds_models_beside_transformers5(
     transformers 5: ``NoneType takes no arguments``)."""
     paths = [transformers5, os.environ.get('PYTHONPATH', '')]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)))
-    bench = os.path.join(ROOT, 'benchmarks', 'bench_train_path.py')
-    cmd = [sys.executable, bench, '--tiny', '--threads', '1']
+    bench = os.path.join(ROOT, 'benchmarks', 'bench_host_loop.py')
+    cmd = [sys.executable, bench, '--section', 'train', '--tiny']
+    cmd += ['--threads', '1']
     cmd += ['--families', 'deit', '--parts', 'model']
     cmd += ['--work-root', str(tmp_path)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
