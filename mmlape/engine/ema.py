@@ -4,15 +4,16 @@ multi-tensor operation instead of one operation per parameter.
 mmengine's ``ExponentialMovingAverage`` updates the average parameter by
 parameter: a Python call and an ``lerp_`` (on a GPU, a kernel launch) for
 each of the model's tensors on every training step (T2T-ViT-7: 122;
-``benchmarks/bench_host_overheads.py``, section ``ema``). The T2T-ViT
+``benchmarks/bench_host_loop.py``, section ``ema``). The T2T-ViT
 configs average the model every step (``EMAHook``, momentum 4e-5, as the
 official T2T-ViT training).
 
 :class:`LaPEExponentialMovingAverage` makes the same update with
-PyTorch's multi-tensor ``lerp_`` (``torch._foreach_lerp_``), one call for
-all the parameters of a device and dtype: the same formula, element by
-element (on the CPU PyTorch runs it tensor by tensor; equal bit for bit
-to mmengine's there, ``tests/engine/test_ema.py``). Everything else is
+PyTorch's own multi-tensor average
+(``torch.optim.swa_utils.get_ema_multi_avg_fn``, decay ``1 - momentum``:
+one multi-tensor ``lerp_`` for all the parameters of a device and dtype):
+the same formula, element by element (equal bit for bit to mmengine's on
+the CPU, ``tests/engine/test_ema.py``). Everything else is
 mmengine's: the first step copies the model, ``interval`` and
 ``update_buffers`` as there, buffers that are not averaged are copied
 from the model, and the checkpoint's keys are the same.
@@ -26,17 +27,17 @@ nothing from the device.
 """
 from typing import Dict, List, Optional, Tuple
 
-import torch
 import torch.nn as nn
 from mmengine.model import ExponentialMovingAverage
+from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 __all__ = ['LaPEExponentialMovingAverage']
 
 
 class LaPEExponentialMovingAverage(ExponentialMovingAverage):
     """mmengine's ``ExponentialMovingAverage`` (the same arguments), each
-    update made with one multi-tensor ``lerp_`` per device and dtype (see
-    the module's docstring).
+    update made with torch's multi-tensor EMA step per device and dtype
+    (see the module's docstring).
 
     Config::
 
@@ -50,6 +51,9 @@ class LaPEExponentialMovingAverage(ExponentialMovingAverage):
         super().__init__(*args, **kwargs)
         #: ``steps`` on the host (None: read it from the buffer).
         self._host_steps: Optional[int] = None
+        #: torch's multi-tensor EMA step and the momentum it was made for.
+        self._multi_avg = (self.momentum,
+                           get_ema_multi_avg_fn(1. - self.momentum))
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)
@@ -74,8 +78,8 @@ class LaPEExponentialMovingAverage(ExponentialMovingAverage):
         self._host_steps = steps + 1
 
     def _average(self, model: nn.Module) -> None:
-        """mmengine's averaging step, one ``lerp_`` per device and
-        dtype."""
+        """mmengine's averaging step, one multi-tensor average per device
+        and dtype."""
         source = (
             model.state_dict()
             if self.update_buffers else dict(model.named_parameters()))
@@ -94,8 +98,11 @@ class LaPEExponentialMovingAverage(ExponentialMovingAverage):
             # a tensor listed twice (tied weights in a state dict):
             # mmengine updates it twice, one after the other
             return super().update_parameters(model)
+        if self._multi_avg[0] != self.momentum:  # changed since
+            self._multi_avg = (self.momentum,
+                               get_ema_multi_avg_fn(1. - self.momentum))
         for avg, src in groups.values():
-            torch._foreach_lerp_(avg, src, self.momentum)
+            self._multi_avg[1](avg, src, None)
         self._copy_buffers(model)
         self.steps += 1
 

@@ -4,11 +4,11 @@ into one :class:`~mmlape.utils.errors.WorkDirError` line naming the file,
 the cause and the intact checkpoint.
 
 References:
-    POSIX record locks (``fcntl.lockf``): the kernel drops a lock when its
-    process ends, and a forked child does not hold it.
+    The ``filelock`` package: an OS lock on the lock file (``flock`` on
+    POSIX, ``msvcrt`` on Windows), which the OS drops when its process
+    ends; ``import mmlape`` needs no ``fcntl``.
 """
 import errno
-import fcntl
 import functools
 import json
 import logging
@@ -18,7 +18,9 @@ import socket
 import sys
 import tempfile
 import time
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
+
+from filelock import FileLock, SoftFileLock, Timeout
 
 from .errors import (CheckpointPermissionError, CheckpointSaveError,
                      UsageError, WorkDirError, WorkDirInUseError)
@@ -31,6 +33,8 @@ __all__ = [
 
 #: The lock file in a work dir.
 LOCK_NAME = '.mmlape-run.lock'
+#: Beside it, what the holding run is (for the next run's message).
+HOLDER_NAME = '.mmlape-run.json'
 #: OS errors of a write that the user can act on (no space, quota, file
 #: too large, no permission, read-only file system).
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES,
@@ -130,25 +134,24 @@ class WorkDirLock:
 
     Args:
         path (str): The lock file.
-        fd (int, optional): Its open descriptor; None where the file system
-            does not lock (the lock is then not enforced).
+        lock (filelock.FileLock, optional): The held lock; None where the
+            file system does not lock (the lock is then not enforced).
     """
 
-    def __init__(self, path: str, fd: Optional[int]) -> None:
+    def __init__(self, path: str, lock: Optional[Any]) -> None:
         self.path = path
-        self.fd = fd
+        self.lock = lock
         self.pid = os.getpid()
 
     @property
     def enforced(self) -> bool:
-        return self.fd is not None
+        return self.lock is not None
 
     def release(self) -> None:
-        """Release the lock (closing its file releases it); the file
-        stays."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        """Release the lock; the files stay."""
+        if self.lock is not None:
+            self.lock.release(force=True)
+            self.lock = None
         _HELD.pop(osp.dirname(self.path), None)
 
 
@@ -186,14 +189,27 @@ def check_work_dir(work_dir: str) -> None:
                              f'{err.strerror}{intact}') from None
 
 
-def _holder(fd: int) -> Dict[str, str]:
-    """What the holder wrote in the lock file (it may be writing it still:
-    read again for up to a second)."""
+def _alive(record: Dict[str, Any]) -> bool:
+    """Whether the process a holder record names may still run (one of
+    another host is taken as alive)."""
+    if record.get('host') != socket.gethostname():
+        return True
+    try:
+        os.kill(int(record['pid']), 0)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _holder(path: str) -> Dict[str, str]:
+    """What the holding run wrote beside the lock (it may be writing it
+    still, over a dead run's record: read again for up to a second)."""
     for _ in range(10):
         try:
-            text = os.pread(fd, 1 << 16, 0).decode('utf-8', 'replace')
-            found = json.loads(text)
-            if isinstance(found, dict) and found.get('pid'):
+            with open(path, encoding='utf-8') as f:
+                found = json.load(f)
+            if isinstance(found, dict) and found.get('pid') and \
+                    _alive(found):
                 return found
         except (OSError, ValueError):
             pass
@@ -201,10 +217,19 @@ def _holder(fd: int) -> Dict[str, str]:
     return {}
 
 
+def _not_enforced(work_dir: str, path: str, why: str) -> WorkDirLock:
+    logging.getLogger(__name__).warning(
+        'work dir "%s": the file system does not lock files (%s); nothing '
+        'keeps another run out of it', work_dir, why)
+    return WorkDirLock(path, None)
+
+
 def lock_work_dir(work_dir: str, command: Optional[str] = None) -> WorkDirLock:
     """Hold ``work_dir`` for this run; refuse it when another live process
-    holds it (a POSIX record lock on ``.mmlape-run.lock``, released by the
-    kernel however the holder ends). Asking again returns the held lock.
+    holds it (an OS lock on ``.mmlape-run.lock`` through ``filelock``,
+    dropped by the OS however the holder ends; the holder's process, host,
+    start and command in ``.mmlape-run.json``). Asking again returns the
+    held lock.
 
     Args:
         work_dir (str): The work dir (it exists).
@@ -224,18 +249,19 @@ def lock_work_dir(work_dir: str, command: Optional[str] = None) -> WorkDirLock:
     if held is not None and held.pid == os.getpid() and held.enforced:
         return held
     path = osp.join(key, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    if FileLock is SoftFileLock:  # no OS lock here (neither fcntl nor msvcrt)
+        return _not_enforced(work_dir, path, 'no OS file lock')
+    # no soft (file-exists) fall-back: a killed run would leave it held
+    lock = FileLock(
+        path,
+        timeout=0,
+        thread_local=False,
+        fallback_to_soft=False,
+        preserve_lock_file=True)
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        if err.errno not in (errno.EACCES, errno.EAGAIN):
-            os.close(fd)
-            logging.getLogger(__name__).warning(
-                'work dir "%s": the file system does not lock files (%s); '
-                'nothing keeps another run out of it', work_dir, err.strerror)
-            return WorkDirLock(path, None)
-        holder = _holder(fd)
-        os.close(fd)
+        lock.acquire()
+    except Timeout:
+        holder = _holder(osp.join(key, HOLDER_NAME))
         who = (f'pid {holder.get("pid", "?")} on host '
                f'{holder.get("host", "?")}')
         since = holder.get('started')
@@ -246,17 +272,21 @@ def lock_work_dir(work_dir: str, command: Optional[str] = None) -> WorkDirLock:
             f'work dir "{work_dir}" is in use by another run: {who}'
             f'{f" ({detail})" if detail else ""}; wait for it to end, or '
             f'pass another --work-dir') from None
+    except (OSError, NotImplementedError) as err:
+        return _not_enforced(work_dir, path,
+                             getattr(err, 'strerror', None) or str(err))
     record = dict(
         pid=os.getpid(),
         host=socket.gethostname(),
         started=time.strftime('%Y-%m-%d %H:%M:%S'),
         command=command or ' '.join(sys.argv[:2]))
-    data = json.dumps(record).encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
-    lock = WorkDirLock(path, fd)
-    _HELD[key] = lock
-    return lock
+    holder = osp.join(key, HOLDER_NAME)
+    with open(holder + '.tmp', 'w', encoding='utf-8') as f:
+        json.dump(record, f)
+    os.replace(holder + '.tmp', holder)
+    held = WorkDirLock(path, lock)
+    _HELD[key] = held
+    return held
 
 
 def release_work_dir_locks() -> None:

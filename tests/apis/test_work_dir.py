@@ -69,6 +69,46 @@ def test_a_held_work_dir_stops_a_second_run_and_a_dead_holder_does_not(
     lock.release()
 
 
+def test_import_and_lock_without_fcntl(tmp_path):
+    """Where ``fcntl`` does not exist (Windows, where mmengine and mmcv
+    run), ``import mmlape`` works and the work dir lock is taken through
+    ``filelock`` (here, with no OS lock to use, it says so and goes on)."""
+    code = ('import sys\n'
+            "sys.modules['fcntl'] = None  # import fcntl now fails\n"
+            'import mmlape, mmlape.engine, mmlape.apis\n'
+            'from mmlape.utils.work_dir import lock_work_dir\n'
+            f'lock = lock_work_dir({str(tmp_path)!r})\n'
+            "print('locked', lock.enforced)\n"
+            'lock.release()\n')
+    out = subprocess.run([sys.executable, '-c', code],
+                         cwd=ROOT,
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == 'locked False'
+    assert 'does not lock files' in out.stderr
+
+
+def test_a_dead_runs_record_is_not_named(tmp_path):
+    """The record a killed run left beside the lock names nobody: a new
+    holder replaces it, and a reader skips a record of a dead process."""
+    import json
+
+    from mmlape.utils.work_dir import HOLDER_NAME, _holder, lock_work_dir
+    record = tmp_path / HOLDER_NAME
+    record.write_text(
+        json.dumps(dict(pid=2**22 + 7, host=socket.gethostname())))
+    assert _holder(str(record)) == {}
+    lock = lock_work_dir(str(tmp_path), command='tools/train.py mine.py')
+    try:
+        found = _holder(str(record))
+        assert found['pid'] == os.getpid()
+        assert found['command'] == 'tools/train.py mine.py'
+    finally:
+        lock.release()
+
+
 @pytest.mark.slow
 def test_second_training_in_a_work_dir_stops_naming_the_first(
         pos_shapes_data, tmp_path, capsys):

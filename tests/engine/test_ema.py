@@ -73,6 +73,24 @@ def test_equal_to_mmengine_bit_for_bit(update_buffers, interval):
     assert int(ours.steps) == 7
 
 
+@pytest.mark.parametrize('momentum', [4e-5, 0.3])
+def test_a_momentum_set_later_is_followed(momentum):
+    """The T2T-ViT momentum too; a momentum changed between updates (as a
+    hook may) is the one the next update uses, as in mmengine."""
+    model = _model()
+    host = ExponentialMovingAverage(model, momentum=0.1)
+    ours = LaPEExponentialMovingAverage(model, momentum=0.1)
+    gen = torch.Generator().manual_seed(2)
+    for step in range(4):
+        if step == 2:
+            host.momentum = ours.momentum = momentum
+        _train_a_little(model, gen)
+        host.update_parameters(model)
+        ours.update_parameters(model)
+        for key, value in host.state_dict().items():
+            assert torch.equal(value, ours.state_dict()[key]), (step, key)
+
+
 def test_one_operation_updates_every_parameter():
     model = _model()
     host = ExponentialMovingAverage(model, momentum=0.1)
