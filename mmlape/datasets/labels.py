@@ -2,18 +2,29 @@
 
 A bad label would otherwise surface deep in training (an index error, a
 CUDA device-side assert). :func:`check_dataset_labels` reads the run's
-annotation files first and stops at the first bad label with one line;
+annotations first and stops at the first bad label with one line;
 :func:`use_checked_label_maps` checks segmentation label maps as they load.
 
+What a dataset is comes from the host's own dataset class, built from the
+config without reading its annotations (``lazy_init``, no pipeline): its
+annotation file or image folder (``data_root``, ``split`` and the prefixes
+joined as the host joins them) and its classes (a file of names
+included). mmdet's COCO files are read through the dataset's own COCO API,
+and categories become labels as the dataset makes them. mmpretrain's
+``<file> <label>`` lines are scanned here rather than parsed by the host's
+``load_data_list``, which takes about 4x as long (ImageNet-1k's 1.28M
+lines: 6.8-8.6 s against 1.9-2.0 s, a shared 2-core CPU) and names no
+line in its error.
+
 References:
-    mmpretrain's ``CustomDataset`` annotation files, mmdet's
-    ``CocoDataset`` (classes are the file's categories of those names),
-    mmseg's ``LoadAnnotations`` (``reduce_zero_label``).
+    mmpretrain's ``CustomDataset`` (annotation files, ``find_folders``),
+    mmdet's ``CocoDataset`` (``COCOAPI``, ``cat_ids``: the file's
+    categories of the dataset's classes), mmseg's ``LoadAnnotations``
+    (``reduce_zero_label``).
 """
+import contextlib
 import importlib
 import io
-import json
-import os
 import os.path as osp
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
@@ -66,15 +77,15 @@ def _dataset_class(scope: str, ds: dict) -> Optional[type]:
         return None
 
 
-def _classes(ds: dict, cls: type) -> Optional[Sequence[str]]:
-    """The class names a dataset config sets, else its class's."""
-    meta = ds.get('metainfo') or {}
-    classes = ds.get('classes') or meta.get('classes')
-    if classes is None:
-        classes = (getattr(cls, 'METAINFO', None) or {}).get('classes')
-    if isinstance(classes, str):  # mmpretrain: a file of names
+def _host_dataset(scope: str, ds: dict) -> Optional[Any]:
+    """The host's dataset of ``ds``, built through its registry without
+    reading its annotations or building its pipeline; None where the host
+    cannot build it (the runner builds it again and reports why)."""
+    registry = importlib.import_module(f'{scope}.registry').DATASETS
+    try:
+        return registry.build(dict(ds, pipeline=[], lazy_init=True))
+    except Exception:
         return None
-    return list(classes) if classes is not None else None
 
 
 def _local(path: str) -> bool:
@@ -104,44 +115,45 @@ def _check_text_labels(path: str, count: int, where: str) -> None:
 
 def _check_folder_classes(folder: str, count: int, where: str) -> None:
     """A folder-per-class layout (no annotation file) has at most
-    ``count`` class folders."""
+    ``count`` class folders (as mmpretrain's ``find_folders`` finds
+    them)."""
     if not osp.isdir(folder):
         return
-    names = sorted(
-        n for n in os.listdir(folder) if osp.isdir(osp.join(folder, n)))
+    from mmpretrain.datasets.custom import find_folders
+    names, _ = find_folders(folder)
     if len(names) > count:
         raise DataError(f'data folder "{folder}" has {len(names)} class '
                         f'folders, labels 0..{len(names) - 1}, outside '
                         f'0..{count - 1} ({where})')
 
 
-def _check_coco(path: str, classes: Optional[Sequence[str]],
-                count: Optional[int], where: str) -> None:
-    """COCO annotations: each annotation's category is one of the file's,
-    every class of the dataset names one of the file's categories, and
-    each label (the category's place among the dataset's) is one of the
-    model's classes."""
-    with open(path, encoding='utf-8') as f:
-        data = json.load(f)
+def _check_coco(dataset: Any, path: str, count: Optional[int],
+                where: str) -> None:
+    """COCO annotations, read through the dataset's COCO API: each
+    annotation's category is one of the file's, every class of the dataset
+    names one of the file's categories, and each label (the category's
+    place among the dataset's ``cat_ids``, as the dataset makes it) is one
+    of the model's classes."""
+    with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
+        coco = dataset.COCOAPI(path)
     categories = {
         c.get('id'): c.get('name')
-        for c in data.get('categories') or [] if isinstance(c, dict)
+        for c in coco.dataset.get('categories') or [] if isinstance(c, dict)
     }
     ids = sorted(i for i in categories if isinstance(i, int))
     shown = f'{ids[0]}..{ids[-1]}' if ids else 'none'
-    if classes is not None:
-        missing = [c for c in classes if c not in categories.values()]
-        if missing:
-            raise DataError(
-                f'annotation file "{path}": the dataset\'s classes '
-                f'{missing[:5]} are not categories of the file (the other '
-                f'classes\' labels would shift); set the dataset\'s '
-                f'metainfo.classes to names of its categories')
-        cat_ids = [i for i, name in categories.items() if name in classes]
-    else:
-        cat_ids = list(categories)
+    classes = list(dataset.metainfo.get('classes') or ())
+    missing = [c for c in classes if c not in categories.values()]
+    if missing:
+        raise DataError(
+            f'annotation file "{path}": the dataset\'s classes '
+            f'{missing[:5]} are not categories of the file (the other '
+            f'classes\' labels would shift); set the dataset\'s '
+            f'metainfo.classes to names of its categories')
+    # mmdet's CocoDataset.load_data_list
+    cat_ids = coco.get_cat_ids(cat_names=classes)
     label_of = {cat: i for i, cat in enumerate(cat_ids)}
-    for ann in data.get('annotations') or []:
+    for ann in coco.dataset.get('annotations') or []:
         if not isinstance(ann, dict) or ann.get('ignore', False):
             continue
         cat = ann.get('category_id')
@@ -159,7 +171,8 @@ def _check_coco(path: str, classes: Optional[Sequence[str]],
 def check_dataset_labels(cfg: Config,
                          phases: Sequence[str] = ALL_PHASES) -> None:
     """Check the labels of the phases' datasets against the model's
-    classes (:func:`model_num_classes`, else the dataset's classes).
+    classes (:func:`model_num_classes`, else the dataset's classes), each
+    dataset as its host's class builds it (see the module's docstring).
 
     - mmpretrain's ``CustomDataset`` family: integer labels in
       ``[0, num_classes)``, or no more class folders than classes.
@@ -173,15 +186,20 @@ def check_dataset_labels(cfg: Config,
     scope = cfg.get('default_scope')
     if scope not in ('mmpretrain', 'mmdet'):
         return
+    if scope == 'mmpretrain':
+        from mmpretrain.datasets import CustomDataset as family
+    else:
+        from mmdet.datasets import CocoDataset as family
     model = model_num_classes(cfg)
     for key, ds in dataset_cfgs(cfg, phases):
         cls = _dataset_class(scope, ds)
-        if cls is None:
+        if cls is None or not issubclass(cls, family):
             continue
-        root = ds.get('data_root') or ''
-        ann = ds.get('ann_file') or ''
-        path = osp.join(root, ann) if ann else ''
-        classes = _classes(ds, cls)
+        dataset = _host_dataset(scope, ds)
+        if dataset is None:
+            continue
+        path = dataset.ann_file or ''
+        classes = dataset.metainfo.get('classes')
         if model is not None:
             count, where = model
         elif classes:
@@ -189,22 +207,14 @@ def check_dataset_labels(cfg: Config,
         else:
             count = where = None
         if scope == 'mmpretrain':
-            from mmpretrain.datasets import CustomDataset
-            if not issubclass(cls, CustomDataset) or count is None or \
-                    not ds.get('with_label', True):
+            if count is None or not dataset.with_label:
                 continue
             if path and _local(path):
                 _check_text_labels(path, count, where)
-            elif not ann:
-                prefix = ds.get('data_prefix') or ''
-                if isinstance(prefix, dict):
-                    prefix = prefix.get('img_path', '')
-                _check_folder_classes(osp.join(root, prefix), count, where)
-        else:
-            from mmdet.datasets import CocoDataset
-            if issubclass(cls, CocoDataset) and path.endswith('.json') \
-                    and _local(path):
-                _check_coco(path, classes, count, where)
+            elif not path:
+                _check_folder_classes(dataset.img_prefix, count, where)
+        elif path.endswith('.json') and _local(path):
+            _check_coco(dataset, path, count, where)
 
 
 def use_checked_label_maps(cfg: Config,

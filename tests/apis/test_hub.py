@@ -31,16 +31,30 @@ def index_entries():
     return out
 
 
-class FakeHub:
-    """What registration uses of mmpretrain's ModelHub: its models."""
-    _models_dict = {name: f'mmpretrain {name}' for name in SHARED}
+def fake_hub():
+    """mmpretrain's ModelHub with models of its own (the shared names), and
+    the indexes registered through its public ``register_model_index``."""
+    from mmpretrain.apis.model import ModelHub
+
+    class FakeHub(ModelHub):
+        _models_dict = {name: f'mmpretrain {name}' for name in SHARED}
+        indexes = []
+
+        @classmethod
+        def register_model_index(cls, model_index_path, config_prefix=None):
+            cls.indexes.append(model_index_path)
+            super().register_model_index(model_index_path, config_prefix)
+
+    return FakeHub
 
 
 pytestmark = pytest.mark.usefixtures('fresh_default_scope')
 
 
 def test_registration_keeps_mmpretrain_names_and_states_tasks():
+    FakeHub = fake_hub()
     names = hub.register_mmpretrain_models(FakeHub)
+    assert len(FakeHub.indexes) == 1  # one index, through the public call
     entries = index_entries()
     classifiers = {
         m['Name']
@@ -54,7 +68,20 @@ def test_registration_keeps_mmpretrain_names_and_states_tasks():
         assert FakeHub._models_dict[name] == f'mmpretrain {name}'
         assert names[name] == f'mmlape::{name}'
     lape = FakeHub._models_dict['deit-tiny-lape_4xb256_in1k']
-    assert FakeHub._models_dict['mmlape::deit-tiny-lape_4xb256_in1k'] is lape
+    # the same entry under the prefix (the public call registers one record
+    # per name): every field equal but the name
+    prefixed = FakeHub._models_dict['mmlape::deit-tiny-lape_4xb256_in1k']
+    assert prefixed.name == 'mmlape::deit-tiny-lape_4xb256_in1k'
+    assert hub.entry_record(prefixed) == dict(
+        hub.entry_record(lape), Name=prefixed.name)
+    # every entry as mmlape's index builds it, but the name
+    built = {entry.name: entry for entry in hub.mmpretrain_entries()}
+    for name, key in names.items():
+        want = hub.entry_record(built[name])
+        want.pop('In Collection')
+        for got in {key, f'mmlape::{name.lower()}'}:
+            assert hub.entry_record(FakeHub._models_dict[got]) == dict(
+                want, Name=FakeHub._models_dict[got].name), got
     assert lape.config.endswith('configs/deit/deit-tiny-lape_4xb256_in1k.py')
     assert lape.config.startswith('/')
     # a published config keeps its results; one no paper reports states its
@@ -70,6 +97,7 @@ def test_registration_keeps_mmpretrain_names_and_states_tasks():
     before = dict(FakeHub._models_dict)
     assert hub.register_mmpretrain_models(FakeHub) is names
     assert FakeHub._models_dict == before
+    assert len(FakeHub.indexes) == 1
 
 
 def test_mmpretrain_apis_by_name():
@@ -104,6 +132,11 @@ def test_mmpretrain_apis_by_name():
     assert type(ours.backbone).__name__ == 'LaPEViT'
     theirs = get_model('deit-tiny_4xb256_in1k')
     assert type(theirs.backbone).__name__ == 'VisionTransformer'
+    # through mmpretrain's public API alone: its private registration of its
+    # own index is mmpretrain's as it was
+    from mmpretrain.apis.model import ModelHub
+    own = ModelHub.__dict__['_register_mmpretrain_models'].__func__
+    assert own.__module__ == 'mmpretrain.apis.model', own.__module__
 
 
 ORDER = textwrap.dedent('''
@@ -152,7 +185,7 @@ def test_the_hub_module_imports_no_host_library():
     ]
     assert top == [
         'import copy', 'import functools', 'import os',
-        'import os.path as osp', 'import sys',
-        'from typing import Dict, List, Optional',
+        'import os.path as osp', 'import sys', 'import tempfile',
+        'from typing import Any, Dict, List, Optional',
         'from .imports import after_import'
     ]

@@ -71,6 +71,45 @@ def test_bad_imagenet_style_label_is_one_line(line, expect, relabelled,
     assert not list(work.glob('iter_*'))
 
 
+def test_the_file_the_host_dataset_reads_is_checked(relabelled):
+    """mmpretrain's ``ImageNet`` with a ``split`` and no ``ann_file`` reads
+    ``meta/<split>.txt``: the check reads the file the host's dataset
+    says, not the folders of ``data_root``."""
+    from mmlape.datasets.labels import check_dataset_labels
+    from mmlape.utils.errors import DataError
+    root = relabelled(3, lambda name: f'{name} 7')
+    cfg = Config.fromfile(osp.join(ROOT, DEMO))
+    cfg.train_dataloader.dataset = dict(
+        type='ImageNet', data_root=root, split='train', pipeline=[])
+    with pytest.raises(DataError) as info:
+        check_dataset_labels(cfg, ('train', ))
+    assert str(info.value) == (
+        f'annotation file "{root}/meta/train.txt" line 3: label 7 is '
+        f'outside 0..3 (model.head.num_classes=4)')
+
+
+def test_more_class_folders_than_classes(tmp_path):
+    """A folder per class and no annotation file: the class folders that
+    mmpretrain finds, no more than the model's classes."""
+    from mmlape.datasets.labels import check_dataset_labels
+    from mmlape.utils.errors import DataError
+    cfg = Config.fromfile(osp.join(ROOT, DEMO))
+    cfg.train_dataloader.dataset = dict(
+        type='CustomDataset',
+        data_root=str(tmp_path),
+        data_prefix='train',
+        pipeline=[])
+    for label in range(4):
+        (tmp_path / 'train' / f'class{label}').mkdir(parents=True)
+    check_dataset_labels(cfg, ('train', ))
+    (tmp_path / 'train' / 'class4').mkdir()
+    with pytest.raises(DataError) as info:
+        check_dataset_labels(cfg, ('train', ))
+    assert str(info.value) == (
+        f'data folder "{tmp_path}/train" has 5 class folders, labels 0..4, '
+        f'outside 0..3 (model.head.num_classes=4)')
+
+
 # ----------------------------------------------------------------------
 # COCO
 

@@ -85,8 +85,9 @@ HOST_STATE = textwrap.dedent('''
         out['safe globals'] = list(torch.serialization.get_safe_globals())
         out['meta_path'] = list(sys.meta_path)
         out['hub'] = (hub.ModelHub.__dict__['_register_mmpretrain_models'],
-                      hub.get_model, mmpretrain.get_model,
-                      sorted(vars(hub.ModelHub)))
+                      hub.ModelHub.__dict__['get'], hub.get_model,
+                      mmpretrain.get_model, hub.list_models,
+                      mmpretrain.list_models, sorted(vars(hub.ModelHub)))
         out['warnings'] = list(warnings.filters)
         loggers = [logging.getLogger()] + [
             logging.getLogger(name)

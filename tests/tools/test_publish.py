@@ -252,7 +252,7 @@ def test_get_model_loads_the_published_weights_by_url(trained, tmp_path,
     ``get_model(name, pretrained=True)`` loads the file by URL, through
     mmlape's safe loader, into the config's model; the ``.safetensors``
     file as well."""
-    from mmpretrain.apis.model import ModelHub, get_model
+    from mmpretrain.apis.model import ModelHub, get_model, list_models
 
     from mmlape.hosts import hub
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
@@ -277,9 +277,14 @@ def test_get_model_loads_the_published_weights_by_url(trained, tmp_path,
                                                'Models:\n' + entry + other)
         (tmp_path / 'model-index.yml').write_text('Import:\n'
                                                   '- metafile.yml\n')
-        ModelHub._register_mmpretrain_models()  # mmpretrain's and mmlape's
-        monkeypatch.setattr(ModelHub, '_models_dict',
-                            dict(ModelHub._models_dict))
+        list_models()  # registers mmpretrain's and mmlape's
+        # the hub as it was before mmlape's prefixed names went in
+        monkeypatch.setattr(
+            ModelHub, '_models_dict', {
+                key: entry
+                for key, entry in ModelHub._models_dict.items()
+                if not key.startswith(hub.PREFIX)
+            })
         monkeypatch.delattr(ModelHub, '_mmlape_names')
         monkeypatch.setattr(ModelHub, '_mmlape_configs', {})
         names = hub.register_mmpretrain_models(
