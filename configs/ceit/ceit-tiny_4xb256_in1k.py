@@ -39,4 +39,3 @@ param_scheduler = [
 ]
 
 train_cfg = dict(by_epoch=True, max_epochs=300, val_interval=1)
-default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -2,12 +2,7 @@
 # position-sensitive set of mmlape.datasets.pos_shapes (32x32 images, the
 # class is the quadrant a square is in). Trains in about a minute
 # on 2 CPU cores. `python tools/demo.py` generates the data and runs it.
-_base_ = 'mmpretrain::_base_/default_runtime.py'
-
-# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
-# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
-custom_imports = dict(
-    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
+_base_ = '../_base_/default_runtime.py'
 
 data_root = 'data/pos_shapes'
 model = dict(
@@ -54,16 +49,13 @@ val_dataloader = dict(
         pipeline=pipeline),
     sampler=dict(type='DefaultSampler', shuffle=False))
 # mmpretrain's accuracy, a batch's results copied to the host in one go
-# (README "Feeding the GPU"; the same results)
+# (docs/speed.md "Feeding the GPU"; the same results)
 val_evaluator = dict(type='LaPEAccuracy', topk=(1, ))
 test_dataloader = val_dataloader
 test_evaluator = val_evaluator
 
 max_iters = 600
-# The parameters with equal options share one optimizer group (mmengine's
-# constructor gives each its own; DeiT-Ti: 3 groups instead of 176): the
-# optimizer's host work per step follows the groups (README "Feeding
-# the GPU").
+# mmlape's optimizer constructor: one group per set of equal options.
 optim_wrapper = dict(
     constructor='LaPEOptimWrapperConstructor',
     optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05, fused=True),
@@ -89,4 +81,7 @@ default_hooks = dict(
         interval=max_iters,
         max_keep_ckpts=1))
 log_processor = dict(by_epoch=False)
+# The same run every time, on a GPU too: no cuDNN autotuning (it picks
+# kernels by timing them).
+env_cfg = dict(cudnn_benchmark=False)
 randomness = dict(seed=0)

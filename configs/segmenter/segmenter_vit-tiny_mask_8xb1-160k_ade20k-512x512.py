@@ -17,8 +17,9 @@ model = dict(
     pretrained=None,
     backbone={{_base_.segmenter_vit_tiny}})
 
-# Loaders (README "Feeding the GPU"): mmlape's tools start clamp(CPUs per
-# training process - 1, floor, ceiling) workers on every dataloader;
+# Loaders (docs/speed.md "Feeding the GPU"): mmlape's tools start
+# clamp(CPUs per training process - 1, floor, ceiling) workers on every
+# dataloader;
 # num_workers is the default that host tools, which ignore the key, use.
 # Ceiling: one worker of this pipeline makes ~60 img/s, an H200 steps
 # the model at ~77 img/s (fp16, batch 8): 2 workers; 4 leave room

@@ -50,8 +50,9 @@ train_pipeline = [
         allow_negative_crop=True),
     dict(type='PackDetInputs')
 ]
-# Loaders (README "Feeding the GPU"): mmlape's tools start clamp(CPUs per
-# training process - 1, floor, ceiling) workers on every dataloader;
+# Loaders (docs/speed.md "Feeding the GPU"): mmlape's tools start
+# clamp(CPUs per training process - 1, floor, ceiling) workers on every
+# dataloader;
 # num_workers is the default that host tools, which ignore the key, use.
 # Ceiling: one worker of this pipeline makes ~55 img/s, an H200 steps
 # the model at ~15 img/s (fp16, batch 2): 1 worker; 4 leave room
@@ -68,7 +69,7 @@ test_dataloader = val_dataloader
 
 # The parameters with equal options share one optimizer group (mmengine's
 # constructor gives each its own; DeiT-Ti: 3 groups instead of 176): the
-# optimizer's host work per step follows the groups (README "Feeding
+# optimizer's host work per step follows the groups (docs/speed.md "Feeding
 # the GPU").
 optim_wrapper = dict(
     _delete_=True,

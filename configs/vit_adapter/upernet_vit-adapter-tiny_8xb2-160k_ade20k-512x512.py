@@ -44,8 +44,9 @@ tta_pipeline = [
             [dict(type='PackSegInputs')],
         ])
 ]
-# Loaders (README "Feeding the GPU"): mmlape's tools start clamp(CPUs per
-# training process - 1, floor, ceiling) workers on every dataloader;
+# Loaders (docs/speed.md "Feeding the GPU"): mmlape's tools start
+# clamp(CPUs per training process - 1, floor, ceiling) workers on every
+# dataloader;
 # num_workers is the default that host tools, which ignore the key, use.
 # Ceiling: one worker of this pipeline makes ~57 img/s, an H200 steps
 # the model at ~38 img/s (fp16, batch 8): 1 worker; 4 leave room

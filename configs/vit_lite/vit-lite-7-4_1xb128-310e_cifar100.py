@@ -8,14 +8,8 @@
 # dropout 0.1, drop path 0.1. CIFAR-100 in the python pickle layout
 # (data/cifar100/cifar-100-python/{train,test,meta}), mmpretrain's CIFAR100.
 _base_ = [
-    'mmpretrain::_base_/datasets/cifar100_bs16.py',
-    'mmpretrain::_base_/default_runtime.py',
+    '../_base_/datasets/cifar100_bs16.py', '../_base_/default_runtime.py'
 ]
-
-# mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
-# safely under any entry point (mmpretrain's, mmdet's, mmseg's tools too).
-custom_imports = dict(
-    imports=['mmlape', 'mmlape.hosts.applied'], allow_failed_imports=False)
 
 model = dict(
     type='ImageClassifier',
@@ -40,18 +34,13 @@ model = dict(
     ]))
 
 # Compact-Transformers' CIFAR-100 statistics (RGB; CIFAR images load as
-# RGB). One label an image: mmpretrain's data preprocessor, with a batch's
-# targets made in one go instead of image by image (the same values), and
-# the pinned batch copied to the GPU while the host makes them.
+# RGB).
 mean = [0.5071 * 255, 0.4867 * 255, 0.4408 * 255]
 std = [0.2675 * 255, 0.2565 * 255, 0.2761 * 255]
 data_preprocessor = dict(
-    type='LaPEClsDataPreprocessor',
-    non_blocking=True,
-    num_classes=100,
     mean=mean,
     std=std,
-    to_rgb=False)
+)
 
 train_pipeline = [
     dict(
@@ -82,45 +71,10 @@ train_pipeline = [
 ]
 test_pipeline = [dict(type='PackInputs')]
 
-# Loaders (README "Feeding the GPU"): mmlape's tools start clamp(CPUs per
-# training process - 1, floor, ceiling) workers on every dataloader;
-# num_workers is the default that host tools, which ignore the key, use.
-# CIFAR's pipeline makes ~1,800-2,700 img/s per worker; the GPU speed of
-# this model was not measured: 16 workers feed ~30,000 img/s.
-auto_num_workers = dict(floor=2, ceiling=16)
-# Every image of a batch has one size: the loader stacks the batch
-# (default_collate), so the data preprocessor moves and normalises
-# one tensor, not each image in turn.
-train_dataloader = dict(
-    batch_size=128,
-    num_workers=2,
-    pin_memory=True,
-    persistent_workers=True,
-    collate_fn=dict(type='default_collate'),
-    dataset=dict(pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=128,
-    num_workers=2,
-    pin_memory=True,
-    persistent_workers=True,
-    collate_fn=dict(type='default_collate'),
-    dataset=dict(pipeline=test_pipeline))
+train_dataloader = dict(batch_size=128, dataset=dict(pipeline=train_pipeline))
+val_dataloader = dict(batch_size=128, dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
 
-# mmpretrain's top-k accuracy, with a batch's predictions and labels
-# copied to the host in one go instead of two copies an image (on a GPU
-# each copy waits for the device; the same results).
-val_evaluator = dict(type='LaPEAccuracy', topk=(1, ))
-test_evaluator = val_evaluator
-
-# cuDNN picks its fastest convolution algorithms for the one input size,
-# as the official training scripts set it (mmpretrain's default: False).
-env_cfg = dict(cudnn_benchmark=True)
-
-# The parameters with equal options share one optimizer group (mmengine's
-# constructor gives each its own; DeiT-Ti: 3 groups instead of 176): the
-# optimizer's host work per step follows the groups (README "Feeding
-# the GPU").
 optim_wrapper = dict(
     constructor='LaPEOptimWrapperConstructor',
     optimizer=dict(type='AdamW', lr=6e-4, weight_decay=0.06, fused=True),
@@ -147,5 +101,4 @@ param_scheduler = [
 train_cfg = dict(by_epoch=True, max_epochs=310, val_interval=1)
 val_cfg = dict()
 test_cfg = dict()
-default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
 auto_scale_lr = dict(base_batch_size=128)
