@@ -11,8 +11,10 @@ the fastest loop.
 import os
 import os.path as osp
 import random
+import signal
 import subprocess
 import sys
+import time
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -151,6 +153,14 @@ def assert_close_f32(actual: torch.Tensor,
         msg=(lambda m: f'{msg}: {m}') if msg else None)
 
 
+def _kill_session(pid: int) -> None:
+    """Kill what is left of the process session ``pid`` leads."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run(args: List[str],
         check: bool = True,
         threads: int = 1,
@@ -175,14 +185,37 @@ def run(args: List[str],
         PYTHONHASHSEED='0',
         OMP_NUM_THREADS=str(threads))
     full_env.update(env or {})
-    out = subprocess.run(
+    # In a session of its own: whatever it starts (torchrun's ranks, their
+    # loader workers) is ended with it, and a test never leaves processes
+    # behind for the tests after it.
+    proc = subprocess.Popen(
         args,
         cwd=cwd,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=full_env,
-        timeout=timeout,
+        start_new_session=True,
         **kwargs)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                if proc.poll() is not None:
+                    # it has ended; what it left running holds its output
+                    _kill_session(proc.pid)
+                elif time.monotonic() > deadline:
+                    _kill_session(proc.pid)
+                    stdout, stderr = proc.communicate()
+                    raise AssertionError(
+                        f'{args} did not end within {timeout} s:\n'
+                        f'{stdout[-3000:]}\n{stderr[-3000:]}') from None
+    finally:
+        _kill_session(proc.pid)
+    out = subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
     if check and out.returncode:
         raise AssertionError(f'{args} failed:\n{out.stdout[-3000:]}\n'
                              f'{out.stderr[-3000:]}')
