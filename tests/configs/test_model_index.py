@@ -281,8 +281,9 @@ def test_weights_urls_are_kept(tmp_path, monkeypatch, capsys):
     (the demo family, in a copy of the tree)."""
     import shutil
     (tmp_path / 'configs').mkdir()
-    shutil.copytree(
-        osp.join(ROOT, 'configs', 'demo'), tmp_path / 'configs' / 'demo')
+    for folder in ('demo', '_base_'):  # the demo and the bases it inherits
+        shutil.copytree(
+            osp.join(ROOT, 'configs', folder), tmp_path / 'configs' / folder)
     shutil.copy(osp.join(ROOT, 'model-index.yml'), tmp_path)
     monkeypatch.setattr(model_index, 'ROOT', str(tmp_path))
     monkeypatch.setattr(model_index, 'FAMILIES',
