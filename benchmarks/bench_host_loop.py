@@ -1,59 +1,16 @@
-"""The host loop on the user's paths, timed: one script, one section per
-question (``--section``; docs/speed.md gives the figures and their reading).
-
-- ``train``: for the LaPE config of each family (DeiT-Ti, DeiT-B, Swin-T,
-  ViT-Adapter-Ti Mask R-CNN and UperNet, Segmenter-Ti) on generated data of
-  the real sets' size and format (:mod:`mmlape.datasets`): the config's
-  train loader alone, in this process on one thread as one worker runs it
-  (images/s per worker from CPU time, robust on a shared machine, and from
-  wall time); ``model.train_step`` alone on one batch of it held in memory
-  (the fastest of ``--model-steps``, wall and CPU time; ``--profile-steps
-  N`` more under ``torch.profiler``, each ended by a synchronisation: the
-  GPU's busy share and the operations with the most host and device time,
-  the whole table in ``<work root>/<family>-profile.txt``); and
-  ``tools/train.py --no-validate`` end to end with the config's workers
-  (images/s and the ``data_time`` share from its ``scalars.json``, logged
-  every ``--log-every`` iterations, each entry their mean, the warm-up
-  left out: logging reads the losses, which waits for the step). ``train /
-  bound`` is the run over ``min(model, loader)`` from figures that load
-  cannot lower (the step's CPU time over its threads, on a GPU its wall
-  time; ``min(workers, CPUs) x`` the per-worker CPU rate; with no workers
-  the two times add up). While the first iteration runs the workers fill a
-  queue of ``workers x prefetch_factor`` batches, which a loop faster than
-  its loader drains in ``queue / (1 - loader / model)`` iterations: the
-  warm-up is ``5 x queue`` iterations (at least 5; at most half of
-  ``--iters`` given alone), then 25 timed; a run above its bound (flagged
-  above 1.02) still ran on that queue: use a longer ``--warmup``.
-- ``test``: the DeiT-Ti and DeiT-B LaPE configs on generated validation
-  JPEGs of ImageNet's size, repeated to fill ``--iters`` batches: the test
-  loader per worker and the workers the model-only rate needs from it;
-  ``model.test_step`` on one held batch; ``tools/test.py`` with the
-  config's evaluator (``LaPEAccuracy``: a batch's results in one copy the
-  host does not wait for) and with mmpretrain's ``Accuracy`` (two waiting
-  copies a sample), one checkpoint (the model as it initialises) on one
-  set: images/s, the ``data_time`` share (the loader sets the speed where
-  it is most of an iteration), and whether the metrics agree.
-- ``syncs``: the reads from the device per training iteration in
-  mmengine's Runner on a config's whole path (its data, loader workers,
-  preprocessor, optimizer, hooks) with ``LazyRuntimeInfoHook``
-  (``speedups.lazy_log``) and with mmengine's ``RuntimeInfoHook``: on CUDA
-  every synchronisation (``torch.cuda.set_sync_debug_mode('warn')``, named
-  by the line that made it), on the CPU every read of a tensor's value
-  into Python (``item``, ``tolist``, ``bool``, ``float``, ``int``,
-  ``index``, ``numpy``; on a GPU each would wait). Each read leaves the
-  device idle when the next step's host work starts.
-- ``overheads`` (``collate``, ``labels``, ``optimizer``, ``metric``,
-  ``ema``): the classification configs' host parts against the hosts',
-  with the same values (their tests say so), timed interleaved
-  (:func:`timing.fastest`), with the ATen operations (on a GPU, launches),
-  host copies or bytes that differ: the data preprocessor on one stacked
-  batch against mmengine's list of images; ``LaPEClsDataPreprocessor``'s
-  labels for the batch at once against ``ClsDataPreprocessor``'s sample
-  by sample; an optimizer step with one group per option set against one
-  per parameter; ``LaPEAccuracy`` against ``Accuracy`` over
-  ``--eval-batches`` batches (and the bytes of their results pickled and
-  gathered); T2T-ViT's model average in one multi-tensor ``lerp_``
-  against one a parameter.
+"""The host loop on the user's paths, timed, one section per question
+(``--section``; docs/speed.md gives the figures and their reading):
+``train``, for each family's LaPE config on generated data of the real
+sets' size and format, times the train loader alone (per worker), the
+model's ``train_step`` alone (optionally profiled) and ``tools/train.py``
+end to end, and the run against the bound its model and loader set;
+``test`` times the test loader, ``test_step`` and ``tools/test.py`` with
+the config's evaluator and with mmpretrain's ``Accuracy``; ``syncs`` counts
+the reads from the device per training iteration with
+``LazyRuntimeInfoHook`` and with mmengine's ``RuntimeInfoHook``;
+``overheads`` (``collate``, ``labels``, ``optimizer``, ``metric``, ``ema``)
+times the classification configs' host parts against the hosts',
+interleaved, with the operations, host copies or bytes that differ.
 
 Example:
     python benchmarks/bench_host_loop.py --section train --out train.md
@@ -62,11 +19,11 @@ Example:
     python benchmarks/bench_host_loop.py --section metric,ema
     python benchmarks/bench_host_loop.py --section all --tiny
 """
-import argparse
 import collections
 import contextlib
 import copy
 import glob
+import importlib
 import itertools
 import json
 import logging
@@ -77,77 +34,66 @@ import pickle
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional
+from unittest import mock
 
 import torch
+from mmengine.config import Config
+from mmengine.dataset import default_collate, pseudo_collate
+from mmengine.hooks import Hook
+from mmengine.logging import MMLogger
+from mmengine.model import revert_sync_batchnorm
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import MODELS, DefaultScope, init_default_scope
+from mmengine.runner import Runner
+from shared import (ROOT, TINY_ARCH, error_text, fastest, parser,
+                    print_and_save, run_tool, table, write_config)
+from small_dense import DENSE_CONFIGS, ade_data, coco_data, model_overrides
+from torch.utils.data._utils.pin_memory import pin_memory
 
-HERE = osp.dirname(osp.abspath(__file__))
-ROOT = osp.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, ROOT)
+from mmlape.engine.loader_workers import apply_auto_num_workers
 
-from report import print_and_save, table  # noqa: E402
-from small_dense import ade_data, coco_data, model_overrides  # noqa: E402
-from timing import fastest  # noqa: E402
-
+_DEIT = 'configs/deit/deit-{}-lape_4xb256_in1k.py'
+_SWIN_TINY = dict(backbone=dict(arch='test-tiny'), head=dict(in_channels=128))
+_SWIN_RUN = dict(param_scheduler=[
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-5,
+        by_epoch=True,
+        begin=0,
+        end=1,
+        convert_to_iter_based=True)
+])
 #: The train families: the LaPE config, the data format; ``tiny_model``:
-#: ``--tiny``'s model where not the 64-dim ViT of :data:`TINY_ARCH` (the
-#: dense families: ``small_dense``'s); ``run``: more config entries.
+#: ``--tiny``'s model where not the ViT of :data:`TINY_ARCH` (the dense
+#: families: ``small_dense``'s); ``run``: more config entries (Swin: the
+#: recipe's cosine over the run's one epoch, its warm-up would follow it).
 FAMILIES = {
-    'deit':
-    dict(config='configs/deit/deit-tiny-lape_4xb256_in1k.py', data='imagenet'),
-    'deit-base':
-    dict(config='configs/deit/deit-base-lape_4xb256_in1k.py', data='imagenet'),
-    'swin':
-    dict(
-        config='configs/swin/swin-tiny-lape_16xb64_in1k.py',
-        data='imagenet',
-        tiny_model=dict(
-            backbone=dict(arch='test-tiny'), head=dict(in_channels=128)),
-        # the recipe's cosine over the run's one epoch (its 20 warm-up
-        # epochs would begin after it)
-        run=dict(param_scheduler=[
-            dict(
-                type='CosineAnnealingLR',
-                eta_min=1e-5,
-                by_epoch=True,
-                begin=0,
-                end=1,
-                convert_to_iter_based=True)
-        ])),
-    'mask-rcnn':
-    dict(
-        config='configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_'
-        'coco.py',
-        data='coco'),
-    'upernet':
-    dict(
-        config='configs/vit_adapter/upernet_vit-adapter-tiny-lape_8xb2-160k_'
-        'ade20k-512x512.py',
-        data='ade'),
-    'segmenter':
-    dict(
-        config='configs/segmenter/segmenter_vit-tiny-lape_mask_8xb1-160k_'
-        'ade20k-512x512.py',
-        data='ade'),
+    name: dict(config=_DEIT.format(arch), data='imagenet')
+    for name, arch in (('deit', 'tiny'), ('deit-base', 'base'))
 }
-#: Image ``(height, width)`` of each format: real size, and ``--tiny``.
-SIZES = {
-    'imagenet': ((375, 500), (48, 64)),
-    'imagenet-val': ((375, 500), (48, 64)),
-    'coco': ((480, 640), (64, 80)),
-    'ade': ((512, 683), (96, 128)),
+FAMILIES['swin'] = dict(
+    config='configs/swin/swin-tiny-lape_16xb64_in1k.py',
+    data='imagenet',
+    tiny_model=_SWIN_TINY,
+    run=_SWIN_RUN)
+for _family, _data in (('mask-rcnn', 'coco'), ('upernet', 'ade'), ('segmenter',
+                                                                   'ade')):
+    FAMILIES[_family] = dict(
+        config=DENSE_CONFIGS[_family].format('-lape'), data=_data)
+#: Each format's image ``(height, width)``, real and ``--tiny``, and files.
+DATA = {
+    'imagenet': ((375, 500), (48, 64), 'train/*/*.JPEG'),
+    'imagenet-val': ((375, 500), (48, 64), 'val/*.JPEG'),
+    'coco': ((480, 640), (64, 80), 'train2017/*.jpg'),
+    'ade': ((512, 683), (96, 128), 'images/training/*.jpg'),
 }
 #: COCO has about 7.3 instances per training image: 1..14, 7.5 on average.
 COCO_MAX_OBJECTS = 14
-#: The 64-dim ViT of ``--tiny`` (``bench_gpu.py``'s).
-TINY_ARCH = dict(
-    embed_dims=64, num_layers=4, num_heads=2, feedforward_channels=256)
 DEFAULT_FAMILIES = ('deit', 'deit-base', 'mask-rcnn', 'upernet', 'segmenter')
 PARTS = ('loader', 'model', 'train')
 COLUMNS = ('family', 'batch', 'loader img/s per worker (CPU time)',
@@ -172,7 +118,7 @@ SYNC_FAMILIES = ('deit', 'deit-base', 'swin')
 HOOKS = ('LazyRuntimeInfoHook', 'RuntimeInfoHook')
 #: The overheads: name -> (config, image size); the batch is the config's.
 CONFIGS = {
-    'deit': ('configs/deit/deit-tiny-lape_4xb256_in1k.py', 224),
+    'deit': (_DEIT.format('tiny'), 224),
     'cifar':
     ('configs/vit_lite/vit-lite-7-4-lape_1xb128-310e_cifar100.py', 32),
     't2t': ('configs/t2t_vit/t2t-vit-7-lape_8xb64_in1k.py', 224),
@@ -190,7 +136,7 @@ LABEL_IMAGE_SIZE = 8  # the labels' images (the images are not what differs)
 SECTIONS = ('train', 'test', 'syncs') + OVERHEADS
 
 # ---------------------------------------------------------------------------
-# shared: the machine, data, configs, tools, the loader, the model
+# shared: the machine, data, configs, the loader, the model
 
 
 def machine() -> Dict:
@@ -201,11 +147,11 @@ def machine() -> Dict:
         name = next(
             line.split(':', 1)[1].strip() for line in f
             if line.startswith('model name'))
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     return dict(
         cpu=name,
         cpus=len(os.sched_getaffinity(0)),
-        gpu=torch.cuda.get_device_name()
-        if torch.cuda.is_available() else None,
+        gpu=gpu,
         torch=torch.__version__,
         torch_threads=torch.get_num_threads(),
         python=platform.python_version(),
@@ -220,23 +166,12 @@ def rate(value: float) -> str:
     return f'{value:,.1f}' if value < 100 else f'{value:,.0f}'
 
 
-def failed_family(family: str, err: Exception) -> Dict:
-    """A family's row when its measurement raised (the traceback to
-    stderr)."""
-    import traceback
-    traceback.print_exc(file=sys.stderr)
-    message = f'{type(err).__name__}: {err}'.replace('\n', ' ')
-    return dict(family=family, error=message[:300])
-
-
 def generate_data(kind: str, root: str, images: int, tiny: bool) -> Dict:
     """``images`` generated images of format ``kind`` (``imagenet-val``:
-    validation images) under ``root``, kept where made before; what they
-    are."""
+    validation images) under ``root``, kept where made before."""
     from mmlape.datasets import (generate_ade20k, generate_coco_instances,
                                  generate_imagenet)
-    size = SIZES[kind][1 if tiny else 0]
-    stamp = root + '.json'
+    size, stamp = DATA[kind][1 if tiny else 0], root + '.json'
     spec = dict(kind=kind, images=images, size=list(size), version=1)
     kept = False
     if osp.isfile(stamp):
@@ -257,69 +192,28 @@ def generate_data(kind: str, root: str, images: int, tiny: bool) -> Dict:
             generate_ade20k(root, num_train=images, **dense)
         with open(stamp, 'w') as f:
             json.dump(spec, f)
-    pattern = {
-        'imagenet': 'train/*/*.JPEG',
-        'imagenet-val': 'val/*.JPEG',
-        'coco': 'train2017/*.jpg',
-        'ade': 'images/training/*.jpg'
-    }[kind]
-    files = glob.glob(osp.join(root, pattern))
+    files = glob.glob(osp.join(root, DATA[kind][2]))
     mean_kb = sum(osp.getsize(f) for f in files) / max(1, len(files)) / 1e3
     return dict(
         format=kind, images=len(files), size=list(size), mean_kb=mean_kb)
 
 
-def write_config(path: str, config: str, over: Dict) -> str:
-    """A config file inheriting ``config`` with ``over``."""
-    with open(path, 'w') as f:
-        f.write(f'_base_ = {osp.join(ROOT, config)!r}\n')
-        f.writelines(f'{key} = {value!r}\n' for key, value in over.items())
-    return path
-
-
 def load_run_config(path: str):
-    """The run's config as the tools prepare it for its pipelines (checked
-    image loading), scope initialised, the hosts adjusted as the tools
-    adjust them (mmpretrain's models import beside transformers 5)."""
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
+    """The run's config as the tools prepare it (checked image loading,
+    scope initialised, the hosts adjusted as the tools adjust them)."""
     import mmlape.hosts
     from mmlape.apis import register_scope_modules
-    mmlape.hosts.apply()
     from mmlape.datasets.checks import use_checked_image_loading
+    mmlape.hosts.apply()
     cfg = Config.fromfile(path)
     init_default_scope(register_scope_modules(cfg))
     use_checked_image_loading(cfg, ('train', ))
     return cfg
 
 
-def run_tool(cmd: List[str], log: str, threads: Optional[int]) -> float:
-    """Run a tool's command line from the repository root (on its import
-    path, unbuffered, ``threads`` OMP threads where given), its output to
-    ``log``; its wall seconds. A failure raises with the log's tail."""
-    path = os.pathsep.join([ROOT, os.environ.get('PYTHONPATH', '')])
-    env = dict(
-        os.environ, PYTHONPATH=path.rstrip(os.pathsep), PYTHONUNBUFFERED='1')
-    if threads:
-        env['OMP_NUM_THREADS'] = str(threads)
-    start = time.perf_counter()
-    with open(log, 'w') as f:
-        out = subprocess.run(
-            cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - start
-    if out.returncode:
-        with open(log) as f:
-            tail = f.read()[-1500:]
-        raise RuntimeError(f'{osp.relpath(cmd[1], ROOT)} exited with '
-                           f'{out.returncode} (log {log}): ...{tail}')
-    return wall
-
-
 def dumped_workers(pattern: str, loader: str) -> Optional[int]:
     """``num_workers`` of ``loader`` in the config a run dumped (found by
     ``pattern``), after ``auto_num_workers``."""
-    from mmengine.config import Config
     dumped = glob.glob(pattern)
     if not dumped:
         return None
@@ -331,7 +225,6 @@ def measure_loader(cfg, images: int, loader: str = 'train_dataloader') -> Dict:
     """Images per second of the config's ``loader`` run in this process on
     one thread (one worker's work), after one warm-up batch (``batch``)."""
     import cv2
-    from mmengine.runner import Runner
     loader_cfg = copy.deepcopy(cfg[loader])
     loader_cfg.update(
         num_workers=0, persistent_workers=False, pin_memory=False)
@@ -362,8 +255,6 @@ def prepare(cfg, batch: Dict, loader: str):
     """The config's model (its data preprocessor included) on the device,
     in training mode for the train loader, cuDNN as the runner sets it;
     ``batch`` pinned where ``loader`` pins it; the device, its sync."""
-    from mmengine.model import revert_sync_batchnorm
-    from mmengine.registry import MODELS
     model_cfg = copy.deepcopy(cfg.model)
     if cfg.get('data_preprocessor') is not None:
         model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
@@ -373,7 +264,6 @@ def prepare(cfg, batch: Dict, loader: str):
         cfg.get('env_cfg', {}).get('cudnn_benchmark', False))
     model.to(device).train(loader == 'train_dataloader')
     if device == 'cuda' and cfg[loader].get('pin_memory'):
-        from torch.utils.data._utils.pin_memory import pin_memory
         batch = pin_memory(batch)  # as the run's loader hands it over
     sync = torch.cuda.synchronize if device == 'cuda' else (lambda: None)
     return model, batch, device, sync
@@ -389,7 +279,6 @@ def use_amp(optim_cfg):
 @contextlib.contextmanager
 def quiet_logger():
     """mmengine's logger at warnings (not every parameter's options)."""
-    from mmengine.logging import MMLogger
     logger = MMLogger.get_current_instance()
     level = logger.level
     logger.setLevel(logging.WARNING)
@@ -405,7 +294,6 @@ def quiet_logger():
 
 def base_loader(config: str) -> Dict:
     """The config's train dataloader: batch size and worker settings."""
-    from mmengine.config import Config
     cfg = Config.fromfile(osp.join(ROOT, config))
     loader = cfg.train_dataloader
     return dict(
@@ -418,21 +306,16 @@ def base_loader(config: str) -> Dict:
         dataset=loader.dataset.to_dict())
 
 
-def queue_batches(base: Dict,
-                  workers: Optional[int],
-                  cpus: Optional[int] = None) -> int:
+def queue_batches(base: Dict, workers: Optional[int], cpus=None) -> int:
     """Batches the train loader holds ready before the first step: its
     workers (``workers``, else ``auto_num_workers`` resolved for ``cpus``
     as the tools resolve it, else ``num_workers``) x ``prefetch_factor``."""
-    from mmengine.config import Config
-
-    from mmlape.engine.loader_workers import apply_auto_num_workers
     if workers is None:
         cfg = Config(
             dict(
                 auto_num_workers=base['auto_num_workers'],
-                train_dataloader=dict(num_workers=base['num_workers']),
-                launcher='none'))
+                launcher='none',
+                train_dataloader=dict(num_workers=base['num_workers'])))
         apply_auto_num_workers(cfg, {}, cpus=cpus)
         workers = cfg.train_dataloader.num_workers
     return workers * base['prefetch_factor']
@@ -452,9 +335,7 @@ def iterations(args, queue: int) -> Dict[str, int]:
 
 def one_epoch(dataset: Dict, data_root: str, times: int) -> Dict:
     """The dataset repeated ``times``, so that one epoch holds every timed
-    iteration: a DataLoader hands each worker whole batches, and an epoch
-    of a few batches keeps the other workers idle (2 batches of 256 an
-    epoch gave 263 img/s with 15 workers that make 190 img/s each)."""
+    iteration (an epoch of a few batches keeps most workers idle)."""
     return dict(
         _delete_=True,
         type='RepeatDataset',
@@ -462,37 +343,36 @@ def one_epoch(dataset: Dict, data_root: str, times: int) -> Dict:
         dataset=dict(dataset, data_root=data_root))
 
 
-def overrides(family: str,
-              data_root: str,
-              batch: int,
-              iters: int,
-              epoch_iters: int,
-              tiny: bool,
-              workers: Optional[int],
-              base: Dict,
-              log_every: int = 1,
-              runtime_info: Optional[str] = None) -> Dict:
+def overrides(family,
+              data_root,
+              batch,
+              iters,
+              epoch_iters,
+              tiny,
+              workers,
+              base,
+              log_every=1,
+              runtime_info=None) -> Dict:
     """Config entries of a train run: the generated data, ``batch``,
     ``iters`` iterations (``epoch_iters`` an epoch where the loop counts
-    epochs), no checkpoint on the way; with ``tiny`` the small model (the
-    dense families: the dense tests' pipelines too); ``workers`` for the
-    config's (``auto_num_workers`` off); a log entry, their mean, every
-    ``log_every`` iterations; the ``runtime_info`` hook named, if any."""
+    epochs), no checkpoint on the way; with ``tiny`` the small model (and
+    the dense tests' pipelines); ``workers`` for the config's; a log entry,
+    their mean, every ``log_every`` iterations; the ``runtime_info``
+    hook."""
     loader_workers = dict(
         num_workers=base['num_workers'] if workers is None else workers,
         persistent_workers=base['persistent_workers'],
         pin_memory=base['pin_memory'])
     if not loader_workers['num_workers']:
         loader_workers['persistent_workers'] = False
+    checkpoint = dict(interval=10**6, save_last=False, max_keep_ckpts=1)
+    hooks = dict(logger=dict(interval=log_every), checkpoint=checkpoint)
     over: Dict = dict(
-        default_hooks=dict(
-            logger=dict(interval=log_every),
-            checkpoint=dict(interval=10**6, save_last=False,
-                            max_keep_ckpts=1)),
-        log_processor=dict(window_size=log_every),
-        randomness=dict(seed=0))
+        default_hooks=hooks,
+        randomness=dict(seed=0),
+        log_processor=dict(window_size=log_every))
     if runtime_info:
-        over['default_hooks']['runtime_info'] = dict(type=runtime_info)
+        hooks['runtime_info'] = dict(type=runtime_info)
     if workers is not None:
         over['auto_num_workers'] = None
     times = math.ceil(iters / epoch_iters)
@@ -505,39 +385,32 @@ def overrides(family: str,
             over['model'] = FAMILIES[family].get('tiny_model') or dict(
                 backbone=dict(arch=dict(TINY_ARCH, _delete_=True)),
                 head=dict(in_channels=TINY_ARCH['embed_dims']))
-    elif family == 'mask-rcnn':
-        over['model'] = dict(backbone=dict(init_cfg=None))
-        if tiny:
-            over['model'].update(model_overrides(family, init_cfg=None))
-            over['train_dataloader'] = coco_data(data_root + '/', (80, 64),
-                                                 {})['train_dataloader']
-        loader = over.setdefault('train_dataloader', dict(dataset={}))
-        loader['batch_size'] = batch
-        dataset = dict(base['dataset'], **loader['dataset'])
-        loader['dataset'] = one_epoch(dataset, data_root + '/', times)
-        over['train_cfg'] = dict(max_epochs=1)
     else:
         over['model'] = dict(backbone=dict(init_cfg=None))
+        if tiny and family == 'mask-rcnn':
+            data = coco_data(data_root + '/', (80, 64), {})
+        elif tiny:
+            data = ade_data(data_root, 64, {})
+            over['model']['data_preprocessor'] = dict(size=(64, 64))
         if tiny:
             over['model'].update(model_overrides(family, init_cfg=None))
-            over['model']['data_preprocessor'] = dict(size=(64, 64))
-            over['train_dataloader'] = ade_data(data_root, 64,
-                                                {})['train_dataloader']
+            over['train_dataloader'] = data['train_dataloader']
         loader = over.setdefault('train_dataloader', dict(dataset={}))
         loader['batch_size'] = batch
-        loader['dataset']['data_root'] = data_root
-        over['default_hooks']['checkpoint'].update(
-            by_epoch=False, save_best=None)
-        over['train_cfg'] = dict(max_iters=iters, val_interval=iters)
+        if family == 'mask-rcnn':
+            dataset = dict(base['dataset'], **loader['dataset'])
+            loader['dataset'] = one_epoch(dataset, data_root + '/', times)
+            over['train_cfg'] = dict(max_epochs=1)
+        else:
+            loader['dataset']['data_root'] = data_root
+            checkpoint.update(by_epoch=False, save_best=None)
+            over['train_cfg'] = dict(max_iters=iters, val_interval=iters)
     over['train_dataloader'].update(loader_workers)
     over.update(FAMILIES[family].get('run', {}))
     return over
 
 
-def train_command(config: str,
-                  work_dir: str,
-                  compile_: bool = False,
-                  amp: bool = False) -> List[str]:
+def train_command(config: str, work_dir: str, compile_=False, amp=False):
     """The ``tools/train.py`` command line (``--compile``, ``--amp``)."""
     tool = osp.join(ROOT, 'tools', 'train.py')
     return [
@@ -550,15 +423,13 @@ def measure_model(cfg,
                   steps: int,
                   warmup: int,
                   amp: bool,
-                  compile_: bool = False,
-                  profile_steps: int = 0,
-                  profile_path: Optional[str] = None) -> Dict:
+                  compile_=False,
+                  profile_steps=0,
+                  profile_path=None) -> Dict:
     """Seconds per ``train_step`` of the config's model on ``batch``, the
     fastest of ``steps`` after ``warmup`` in wall and in CPU time; with
-    ``compile_`` compiled as ``--compile`` compiles it (``CompileHook``'s
-    targets, inductor); then ``profile_steps`` more profiled
-    (:func:`profile_steps_of`, the table to ``profile_path``)."""
-    from mmengine.optim import build_optim_wrapper
+    ``compile_`` compiled as ``--compile`` compiles it; then
+    ``profile_steps`` more profiled (the table to ``profile_path``)."""
     model, batch, device, sync = prepare(cfg, batch, 'train_dataloader')
     if compile_:
         from mmlape.engine.compile import compile_targets
@@ -568,12 +439,12 @@ def measure_model(cfg,
     with quiet_logger():
         optim = build_optim_wrapper(model,
                                     use_amp(optim_cfg) if amp else optim_cfg)
-
-    def step():
-        model.train_step(batch, optim)
-
     cpu: Dict = {}
-    wall = fastest({0: step}, steps, warmup, sync=sync, cpu=cpu)
+    wall = fastest({0: lambda: model.train_step(batch, optim)},
+                   steps,
+                   warmup,
+                   sync=sync,
+                   cpu=cpu)
     result = dict(
         steps=steps,
         s_per_step=wall[0],
@@ -582,8 +453,9 @@ def measure_model(cfg,
         device=device)
     if profile_steps:
         try:
-            result['profile'] = profile_steps_of(step, profile_steps, sync,
-                                                 profile_path)
+            result['profile'] = profile_steps_of(
+                lambda: model.train_step(batch, optim), profile_steps, sync,
+                profile_path)
         except Exception as exc:  # the timed figures above stand
             result['profile'] = dict(
                 steps=profile_steps,
@@ -608,10 +480,7 @@ def _device_busy_us(events) -> Optional[float]:
     return busy + end - start
 
 
-def profile_steps_of(step: Callable[[], object],
-                     steps: int,
-                     sync: Callable[[], None],
-                     path: Optional[str] = None) -> Dict:
+def profile_steps_of(step: Callable, steps: int, sync: Callable, path=None):
     """``steps`` calls of ``step`` under ``torch.profiler``, each followed
     by ``sync()``: wall and CPU time, the device's busy time (None on the
     CPU) and the operations with the most self host and device time, per
@@ -639,12 +508,10 @@ def profile_steps_of(step: Callable[[], object],
         } for e in rows[:PROFILE_TOP]]
 
     if path:
+        sort = 'self_cpu_time_total' if busy is None else \
+            'self_device_time_total'
         with open(path, 'w') as f:
-            f.write(
-                found.table(
-                    sort_by='self_cpu_time_total'
-                    if busy is None else 'self_device_time_total',
-                    row_limit=60))
+            f.write(found.table(sort_by=sort, row_limit=60))
 
     def device_us(e):  # (the name in torch >= 2.4; self_cuda_... before)
         return getattr(e, 'self_device_time_total',
@@ -731,6 +598,7 @@ def bound(model: Dict, loader: Dict, workers: int, cpus: int) -> Dict:
 
 def run_family(family: str, args, root: str) -> Dict:
     """Data, the three measurements and the bound of one train family."""
+    print(f'{family} ...', file=sys.stderr, flush=True)
     stages: Dict[str, float] = {}
     clock = [time.perf_counter()]
 
@@ -749,14 +617,13 @@ def run_family(family: str, args, root: str) -> Dict:
     # An epoch of the epoch-based loops (DeiT, Mask R-CNN) is one pass over
     # the generated set: at most --iters batches, at most --max-images.
     per_epoch = max(2, min(iters, args.max_images // batch))
-    h, w = SIZES[spec['data']][1 if args.tiny else 0]
+    h, w = DATA[spec['data']][1 if args.tiny else 0]
     data_root = osp.join(root, 'data',
                          f"{spec['data']}-{w}x{h}-{per_epoch * batch}")
     data = generate_data(spec['data'], data_root, per_epoch * batch, args.tiny)
     stage('data')
     work = osp.join(root, family)
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(osp.join(root, 'configs'), exist_ok=True)
     over = overrides(family, data_root, batch, iters, per_epoch, args.tiny,
                      args.workers, base, args.log_every, args.runtime_info)
     # (the run dumps its resolved config to the work dir, under this name)
@@ -888,22 +755,37 @@ def profile_markdown(report: Dict) -> List[str]:
                'GPU idle', 'process CPU ms/step'), rows) + tops
 
 
+def each_family(report: Dict,
+                measure: Callable,
+                args,
+                root: str,
+                after: Callable = lambda report: None) -> Dict:
+    """``report['families']``: ``measure(family, args, root)`` of every
+    family of ``args`` (one that fails has its ``error``), ``after(report)``
+    as each ends."""
+    report['families'] = []
+    for family in args.families:
+        try:
+            report['families'].append(measure(family, args, root))
+        except Exception as err:  # noqa: BLE001 -- reported in the row
+            report['families'].append(
+                dict(family=family, error=error_text(err, 300)))
+        after(report)
+    return report
+
+
 def run_train(args, save: Callable[[Dict], None]) -> Dict:
-    """Every train family of ``args`` (one that fails has its ``error``),
-    the report saved as each family ends."""
+    """Every train family, the report saved as each family ends (a run cut
+    short keeps the families done)."""
+
+    def after(report):
+        report['load_average_end'] = list(os.getloadavg())
+        save(report)
+
     root = args.work_root or tempfile.mkdtemp(prefix='host_loop_train_')
     report = dict(
         machine=machine(), settings=settings_of(args), work_root=root)
-    report['families'] = []
-    for family in args.families:
-        print(f'{family} ...', file=sys.stderr, flush=True)
-        try:
-            report['families'].append(run_family(family, args, root))
-        except Exception as err:  # noqa: BLE001 -- reported in the row
-            report['families'].append(failed_family(family, err))
-        report['load_average_end'] = list(os.getloadavg())
-        save(report)  # a run cut short keeps the families done
-    return report
+    return each_family(report, run_family, args, root, after)
 
 
 # ---------------------------------------------------------------------------
@@ -916,7 +798,6 @@ def eval_overrides(config: str, data_root: str, batch: int, times: int,
     through the config's test pipeline, ``batch`` images a batch, each
     iteration logged; ``tiny``: the small model; ``workers`` for the
     config's; ``evaluator``: ``config`` or ``Accuracy`` (mmpretrain's)."""
-    from mmengine.config import Config
     test = Config.fromfile(osp.join(ROOT, config)).test_dataloader
     dataset = dict(
         type='ImageNet',
@@ -1015,13 +896,11 @@ def run_test(config: str, checkpoint: str, work_dir: str, args) -> Dict:
 def run_test_family(family: str, args, root: str) -> Dict:
     """The data, the checkpoint (the model as it initialises), the loader,
     the model-only step and a test run per evaluator of one family."""
-    from mmengine.config import Config
-    from mmengine.registry import MODELS
     config = FAMILIES[family]['config']
     batch = Config.fromfile(osp.join(ROOT, config)).test_dataloader.batch_size
     batch = min(batch, args.max_batch or batch)
     images = min(args.max_images, batch * args.iters)
-    h, w = SIZES['imagenet-val'][1 if args.tiny else 0]
+    h, w = DATA['imagenet-val'][1 if args.tiny else 0]
     data_root = osp.join(root, 'data', f'imagenet-val-{w}x{h}-{images}')
     data = generate_data('imagenet-val', data_root, images, args.tiny)
     times = -(-batch * args.iters // images)
@@ -1077,13 +956,8 @@ def markdown_test(report: Dict) -> str:
 
 def run_test_section(args, save: Callable[[Dict], None]) -> Dict:
     root = args.work_root or tempfile.mkdtemp(prefix='host_loop_test_')
-    settings = dict(
-        iters=args.iters,
-        warmup=args.warmup,
-        amp=args.amp,
-        compile=args.compile,
-        tiny=args.tiny)
-    report = dict(machine=machine(), args=settings)
+    keys = ('iters', 'warmup', 'amp', 'compile', 'tiny')
+    report = dict(machine=machine(), args={k: getattr(args, k) for k in keys})
     report['families'] = [
         run_test_family(f, args, root) for f in args.families
     ]
@@ -1095,9 +969,11 @@ def run_test_section(args, save: Callable[[Dict], None]) -> Dict:
 # syncs: the training loop's reads from the device, per iteration
 
 
-class Counter:
-    """Reads per training iteration: CUDA synchronisations (warnings of
-    PyTorch's sync debug mode) or, on the CPU, reads of tensor values."""
+class Counter(Hook):
+    """Reads per training iteration (counted as a hook that marks the
+    iterations): CUDA synchronisations (warnings of PyTorch's sync debug
+    mode) or, on the CPU, reads of tensor values."""
+    priority = 'HIGHEST'
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
@@ -1107,6 +983,12 @@ class Counter:
     def record(self, what: str) -> None:
         if self.iteration is not None:
             self.reads[self.iteration].append(what)
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self.iteration = runner.iter
+
+    def after_train(self, runner):
+        self.iteration = None
 
 
 def _reads_mode(counter: Counter):
@@ -1127,27 +1009,11 @@ def _reads_mode(counter: Counter):
     return Reads()
 
 
-def _mark_hook(counter: Counter):
-    from mmengine.hooks import Hook
-
-    class MarkIterations(Hook):
-        priority = 'HIGHEST'
-
-        def before_train_iter(self, runner, batch_idx, data_batch=None):
-            counter.iteration = runner.iter
-
-        def after_train(self, runner):
-            counter.iteration = None
-
-    return MarkIterations()
-
-
 def run_loop(cfg, counter: Counter) -> str:
     """Train with ``cfg`` in this process, counting the reads; the runner's
     runtime_info hook."""
-    from mmengine.runner import Runner
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(_mark_hook(counter))
+    runner.register_hook(counter)
     hook = next(
         type(h).__name__ for h in runner.hooks
         if type(h).__name__.endswith('RuntimeInfoHook'))
@@ -1158,8 +1024,7 @@ def run_loop(cfg, counter: Counter) -> str:
     previous, shown = torch.cuda.get_sync_debug_mode(), warnings.showwarning
 
     def show(message, category, filename, lineno, *args, **kwargs):
-        # every such warning says the same: the line that made the call
-        # names it
+        # every such warning says the same: the line that made it names it
         if 'synchroniz' in str(message):
             counter.record(f'{osp.basename(filename)}:{lineno}')
         else:
@@ -1248,14 +1113,8 @@ def run_syncs(args, save: Callable[[Dict], None]) -> Dict:
         device=torch.cuda.get_device_name() if cuda else 'CPU',
         torch=torch.__version__,
         cuda=cuda,
-        settings=settings_of(args),
-        families=[])
-    for family in args.families:
-        try:
-            report['families'].append(measure_syncs(family, args, root))
-        except Exception as err:  # noqa: BLE001 -- reported in the row
-            report['families'].append(failed_family(family, err))
-    save(report)
+        settings=settings_of(args))
+    save(each_family(report, measure_syncs, args, root))
     return report
 
 
@@ -1263,16 +1122,14 @@ def run_syncs(args, save: Callable[[Dict], None]) -> Dict:
 # overheads: the configs' host parts against the hosts'
 
 
-def build_classifier(config: str, device: torch.device, whole: bool):
-    """The config's classifier (its data preprocessor with the batch
-    augmentations the classifier gives it; a one-layer backbone unless
-    ``whole``) and the config."""
-    from mmengine.config import Config
-    from mmengine.registry import DefaultScope
-    from mmpretrain.registry import MODELS
+def build_classifier(name: str, args, whole: bool):
+    """The classifier of overhead config ``name`` (its data preprocessor
+    with the batch augmentations the classifier gives it; a one-layer
+    backbone unless ``whole``) on ``--device``, the config, the device."""
+    from mmpretrain.registry import MODELS as CLASSIFIERS
     from mmpretrain.utils import register_all_modules
     register_all_modules(False)
-    cfg = Config.fromfile(osp.join(ROOT, config))
+    cfg = Config.fromfile(osp.join(ROOT, CONFIGS[name][0]))
     model_cfg = copy.deepcopy(cfg.model)
     model_cfg.data_preprocessor = cfg.data_preprocessor
     if not whole:
@@ -1280,8 +1137,9 @@ def build_classifier(config: str, device: torch.device, whole: bool):
             embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=32)
         model_cfg.head.in_channels = 32
     with DefaultScope.overwrite_default_scope('mmpretrain'):
-        model = MODELS.build(model_cfg)
-    return model.to(device), cfg
+        model = CLASSIFIERS.build(model_cfg)
+    device = torch.device(args.device)
+    return model.to(device), cfg, device
 
 
 def make_items(batch: int, size: int, classes: int) -> List[Dict]:
@@ -1303,8 +1161,7 @@ class OpCount(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        self.ops = 0
-        self.names: List[str] = []
+        self.ops, self.names = 0, []
 
     def __enter__(self):
         super().__enter__()
@@ -1338,8 +1195,6 @@ def gathered_bytes():
     """Inside it, mmengine's ``collect_results`` (as the metrics call it)
     counts in ``[0]`` the bytes of what this process sends to be gathered,
     pickled as mmengine pickles it."""
-    import importlib
-    from unittest import mock
     sent = [0]
     with contextlib.ExitStack() as stack:
         for name in ('mmengine.evaluator.metric', 'mmlape.engine.cls_metric'):
@@ -1357,18 +1212,17 @@ def gathered_bytes():
         yield sent
 
 
-def _fastest(args, cases: Dict, **kwargs) -> Dict[str, float]:
-    """:func:`timing.fastest` with the command line's rounds and calls per
-    round, two warm-up rounds, and the device's synchronisation."""
-    cuda = args.device.startswith('cuda')
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    return fastest(cases, args.rounds, 2, args.calls, sync=sync, **kwargs)
-
-
-def _rows(section: str, name: str, times: Dict[str, float], base: str,
-          cells: Dict[str, Dict]) -> List[Dict]:
+def _rows(section: str, name: str, args, cases: Dict, base: str,
+          cells: Dict[str, Dict], per: int, **kwargs) -> List[Dict]:
     """A row per case of ``cells`` (case -> its cells): the section, the
-    config, the cells, the time (ms) and ``x``, its time over ``base``'s."""
+    config, the cells, the time of ``cases[case]`` (ms, over ``per``) and
+    ``x``, its time over ``base``'s; timed by :func:`shared.fastest` with
+    the command line's rounds and calls, two warm-up rounds, the device's
+    synchronisation and ``kwargs``."""
+    sync = torch.cuda.synchronize if args.device.startswith('cuda') else (
+        lambda: None)
+    times = fastest(cases, args.rounds, 2, args.calls, sync=sync, **kwargs)
+    times = {c: t / per for c, t in times.items()}
     return [
         dict(
             section=section,
@@ -1382,11 +1236,10 @@ def _rows(section: str, name: str, times: Dict[str, float], base: str,
 
 
 def _preprocessor_rows(section: str, name: str, preps: Dict, make_batch,
-                       size: int, batch: int, base: str, args,
-                       timed: Dict) -> List[Dict]:
+                       size: int, batch: int, args, timed: Callable):
     """The rows of a preprocessor section in both modes: each case's ATen
-    operations on ``make_batch(case)`` and its time (``timed[training]``:
-    :func:`_fastest`'s cases and setups)."""
+    operations on ``make_batch(case)`` and its time (``timed(training)``:
+    the cases and setups); x against the last case's."""
     rows = []
     for training in (True, False):
         ops = {}
@@ -1395,50 +1248,59 @@ def _preprocessor_rows(section: str, name: str, preps: Dict, make_batch,
             with OpCount() as count:
                 prep(data, training)
             ops[case] = count.ops
-        times = _fastest(args, **timed[training])
         mode = 'train' if training else 'eval'
-        rows += _rows(section, name, times, base, {
+        cells = {
             c: dict(batch=batch, size=size, mode=mode, ops=ops[c])
             for c in preps
-        })
+        }
+        rows += _rows(
+            section,
+            name,
+            args,
+            base=list(preps)[-1],
+            per=1,
+            cells=cells,
+            **timed(training))
     return rows
 
 
-def _pinned(device: torch.device, data):
-    from torch.utils.data._utils.pin_memory import pin_memory
-    return pin_memory(data) if device.type == 'cuda' else data
+def _batches(name: str, args, size: int):
+    """The overhead config's one-layer classifier, config, device and
+    batch size, and a fresh batch of samples (the preprocessors write the
+    targets into the samples they are given) collated by ``collate``,
+    pinned where the loaders pin it."""
+    model, cfg, device = build_classifier(name, args, whole=False)
+    batch = args.batch or cfg.train_dataloader.batch_size
+    items = make_items(batch, size, cfg.data_preprocessor.num_classes)
+
+    def make_batch(collate=default_collate):
+        data = collate(copy.deepcopy(items))
+        return pin_memory(data) if device.type == 'cuda' else data
+
+    return model, cfg, device, batch, make_batch
 
 
 def measure_collate(name: str, args) -> List[Dict]:
-    from mmengine.dataset import default_collate, pseudo_collate
-    config, size = CONFIGS[name]
-    device = torch.device(args.device)
-    model, cfg = build_classifier(config, device, whole=False)
+    size = CONFIGS[name][1]
+    model, _, _, batch, collate = _batches(name, args, size)
     prep = model.data_preprocessor
-    batch = args.batch or cfg.train_dataloader.batch_size
-    items = make_items(batch, size, cfg.data_preprocessor.num_classes)
-    collates = dict(
-        pseudo_collate=pseudo_collate, default_collate=default_collate)
+    collates = dict(zip(COLLATES, (pseudo_collate, default_collate)))
 
-    def make_batch(collate):
-        # fresh samples, as a loader makes them: the preprocessor writes
-        # the soft targets into the samples it is given
-        return _pinned(device, collates[collate](copy.deepcopy(items)))
+    def make_batch(case):
+        return collate(collates[case])
 
     # (timed rounds reuse one batch each; the label work is the same for
     # both collates)
     batches = {collate: make_batch(collate) for collate in COLLATES}
-    timed = {
-        t:
-        dict(cases={
-            c: (lambda d=d, t=t: prep(d, t))
+
+    def timed(t):
+        return dict(cases={
+            c: (lambda d=d: prep(d, t))
             for c, d in batches.items()
         })
-        for t in (True, False)
-    }
-    return _preprocessor_rows('collate', name, dict.fromkeys(COLLATES,
-                                                             prep), make_batch,
-                              size, batch, COLLATES[1], args, timed)
+
+    return _preprocessor_rows('collate', name, dict.fromkeys(COLLATES, prep),
+                              make_batch, size, batch, args, timed)
 
 
 def host_preprocessor(cfg, device: torch.device):
@@ -1462,22 +1324,13 @@ def host_preprocessor(cfg, device: torch.device):
 
 
 def measure_labels(name: str, args) -> List[Dict]:
-    from mmengine.dataset import default_collate
-    config, _ = CONFIGS[name]
-    device = torch.device(args.device)
-    model, cfg = build_classifier(config, device, whole=False)
+    model, cfg, device, batch, make_batch = _batches(name, args,
+                                                     LABEL_IMAGE_SIZE)
     preps = dict(
         zip(PREPROCESSORS,
             (host_preprocessor(cfg, device), model.data_preprocessor)))
     assert type(preps[PREPROCESSORS[1]]).__name__ == PREPROCESSORS[1], \
-        f'{config} does not name {PREPROCESSORS[1]}'
-    batch = args.batch or cfg.train_dataloader.batch_size
-    items = make_items(batch, LABEL_IMAGE_SIZE,
-                       cfg.data_preprocessor.num_classes)
-
-    def make_batch(case=None):
-        return _pinned(device, default_collate(copy.deepcopy(items)))
-
+        f'{CONFIGS[name][0]} does not name {PREPROCESSORS[1]}'
     # every call gets fresh samples, made before its block: the
     # preprocessors write the targets into the samples, and a sample that
     # holds one takes another path
@@ -1486,32 +1339,24 @@ def measure_labels(name: str, args) -> List[Dict]:
     def refill(case):
         fresh[case][:] = [make_batch() for _ in range(args.calls)]
 
-    timed = {
-        t:
-        dict(
-            cases={
-                c: (lambda c=c, p=p, t=t: p(fresh[c].pop(), t))
-                for c, p in preps.items()
-            },
-            setups={c: (lambda c=c: refill(c))
-                    for c in preps})
-        for t in (True, False)
-    }
-    return _preprocessor_rows('labels', name, preps, make_batch,
-                              LABEL_IMAGE_SIZE, batch, PREPROCESSORS[1], args,
-                              timed)
+    def timed(t):
+        cases = {
+            c: (lambda c=c, p=p: p(fresh[c].pop(), t))
+            for c, p in preps.items()
+        }
+        return dict(
+            cases=cases, setups={c: (lambda c=c: refill(c))
+                                 for c in preps})
+
+    return _preprocessor_rows('labels', name, preps, lambda c: make_batch(),
+                              LABEL_IMAGE_SIZE, batch, args, timed)
 
 
 def measure_optimizer(name: str, args) -> List[Dict]:
     """One step of the config's optimizer on the config's whole model, its
     parameters grouped both ways, from the same gradients."""
-    from mmengine.optim import build_optim_wrapper
-    from mmengine.registry import DefaultScope
-
     from mmlape.engine.runner_setup import fit_fused_optimizer
-    config, _ = CONFIGS[name]
-    device = torch.device(args.device)
-    model, cfg = build_classifier(config, device, whole=True)
+    model, cfg, device = build_classifier(name, args, whole=True)
     fit_fused_optimizer(cfg, device.type)
     gen = torch.Generator().manual_seed(0)
     for p in model.parameters():
@@ -1524,23 +1369,21 @@ def measure_optimizer(name: str, args) -> List[Dict]:
                 optim_cfg.pop('constructor', None)
             optimizers[grouping] = build_optim_wrapper(model,
                                                        optim_cfg).optimizer
-    times = _fastest(args, {g: o.step for g, o in optimizers.items()})
-    return _rows(
-        'optimizer', name, times, GROUPINGS[1], {
-            g:
-            dict(
-                optimizer=type(o).__name__ +
-                (' (fused)' if o.defaults.get('fused') else ''),
-                params=sum(1 for _ in model.parameters()),
-                groups=len(o.param_groups))
-            for g, o in optimizers.items()
-        })
+    cells = {
+        g:
+        dict(
+            optimizer=type(o).__name__ +
+            (' (fused)' if o.defaults.get('fused') else ''),
+            params=sum(1 for _ in model.parameters()),
+            groups=len(o.param_groups))
+        for g, o in optimizers.items()
+    }
+    cases = {g: o.step for g, o in optimizers.items()}
+    return _rows('optimizer', name, args, cases, GROUPINGS[1], cells, 1)
 
 
-def eval_samples(batch: int,
-                 classes: int,
-                 device: torch.device,
-                 seed: int = 0) -> List[Dict]:
+def eval_samples(batch: int, classes: int, device: torch.device,
+                 seed: int) -> List[Dict]:
     """An evaluation batch as mmengine's evaluator gives it to the metrics:
     the model's data samples as dicts, their scores and labels views of
     the batch's on the device (as mmpretrain's head and the configs' data
@@ -1571,14 +1414,11 @@ def measure_metric(name: str, args) -> List[Dict]:
     evaluation of ``--eval-batches`` batches of the config's size: each
     batch's ``process``, then ``evaluate``, as mmengine's loops call
     them."""
-    from mmengine.config import Config
-    from mmengine.registry import DefaultScope
     from mmpretrain.evaluation import Accuracy
     from mmpretrain.registry import METRICS
     from mmpretrain.utils import register_all_modules
     register_all_modules(False)
-    config, _ = CONFIGS[name]
-    device = torch.device(args.device)
+    config, device = CONFIGS[name][0], torch.device(args.device)
     cfg = Config.fromfile(osp.join(ROOT, config))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         ours = METRICS.build(copy.deepcopy(cfg.val_evaluator))
@@ -1586,9 +1426,8 @@ def measure_metric(name: str, args) -> List[Dict]:
         f'{config} does not name {ACCURACIES[1]}'
     metrics = dict(
         zip(ACCURACIES, (Accuracy(topk=cfg.val_evaluator.topk), ours)))
-    batch, batches = args.batch or cfg.val_dataloader.batch_size, \
-        args.eval_batches
-    classes = cfg.data_preprocessor.num_classes
+    batch = args.batch or cfg.val_dataloader.batch_size
+    batches, classes = args.eval_batches, cfg.data_preprocessor.num_classes
     # batches of their own (a batch's results that are views of it take
     # it along where they are pickled)
     evaluated = [
@@ -1621,16 +1460,10 @@ def measure_metric(name: str, args) -> List[Dict]:
             gathered_kb=sent[0] / 1024 / batches)
     same = _same_results(*results.values()) and \
         values[ACCURACIES[0]] == values[ACCURACIES[1]]
-    times = _fastest(args, {
-        c: (lambda m=m: evaluation(m))
-        for c, m in metrics.items()
-    })
     for more in cells.values():
         more['same'] = same
-    return _rows('metric', name, {
-        c: t / batches
-        for c, t in times.items()
-    }, ACCURACIES[1], cells)
+    cases = {c: (lambda m=m: evaluation(m)) for c, m in metrics.items()}
+    return _rows('metric', name, args, cases, ACCURACIES[1], cells, batches)
 
 
 def measure_ema(name: str, args) -> List[Dict]:
@@ -1639,12 +1472,10 @@ def measure_ema(name: str, args) -> List[Dict]:
     from mmengine.model import ExponentialMovingAverage
 
     from mmlape.engine.ema import LaPEExponentialMovingAverage
-    config, _ = CONFIGS[name]
-    device = torch.device(args.device)
-    model, cfg = build_classifier(config, device, whole=True)
+    model, cfg, device = build_classifier(name, args, whole=True)
     (hook, ) = [h for h in cfg.custom_hooks if h.type == 'EMAHook']
     assert hook.get('ema_type') == AVERAGES[1], \
-        f'{config} does not name {AVERAGES[1]}'
+        f'{CONFIGS[name][0]} does not name {AVERAGES[1]}'
     averages = dict(
         zip(AVERAGES,
             (ExponentialMovingAverage(model, momentum=hook.momentum),
@@ -1669,14 +1500,13 @@ def measure_ema(name: str, args) -> List[Dict]:
     # the same averages, bit for bit, on this device
     states = [a.state_dict() for a in averages.values()]
     same = all(torch.equal(v, states[1][k]) for k, v in states[0].items())
-    times = _fastest(args, {
+    for more in cells.values():
+        more['same'] = same
+    cases = {
         c: (lambda a=a: a.update_parameters(model))
         for c, a in averages.items()
-    })
-    return _rows('ema', name, times, AVERAGES[1], {
-        c: dict(more, same=same)
-        for c, more in cells.items()
-    })
+    }
+    return _rows('ema', name, args, cases, AVERAGES[1], cells, 1)
 
 
 def _preprocessor_cells(r: Dict) -> tuple:
@@ -1721,11 +1551,8 @@ def markdown_overheads(report: Dict) -> str:
 
 def run_overheads(args, save: Callable[[Dict], None]) -> Dict:
     measure = dict(
-        collate=measure_collate,
-        labels=measure_labels,
-        optimizer=measure_optimizer,
-        metric=measure_metric,
-        ema=measure_ema)
+        zip(OVERHEADS, (measure_collate, measure_labels, measure_optimizer,
+                        measure_metric, measure_ema)))
     rows = [
         row for section in args.sections for name in args.configs
         if name in SECTION_CONFIGS[section]
@@ -1791,8 +1618,11 @@ NAMES = dict(
     families=dict(train=FAMILIES, test=TEST_FAMILIES, syncs=SYNC_FAMILIES),
     parts=dict(train=PARTS),
     configs=dict(overheads=CONFIGS))
-#: The options: name, type, help (the defaults are per section, above).
+#: The options (flags, type or default, help); the defaults of those
+#: without are per section, above.
 OPTIONS = (
+    ('--section', str, f'comma-separated, from {", ".join(SECTIONS)}, '
+     'overheads (its five) and all', dict(required=True)),
     ('--families', str, 'comma-separated; train: from deit, deit-base, '
      'swin, mask-rcnn, upernet, segmenter (all but swin); test: deit, '
      'deit-base (both); syncs: deit, deit-base, swin (deit)'),
@@ -1818,25 +1648,33 @@ OPTIONS = (
      '(all; the loader is always measured)'),
     ('--runtime-info', str, "train: the run's default_hooks.runtime_info "
      "type instead of the config's, e.g. LazyRuntimeInfoHook"),
-    ('--model-warmup', int, 'train: untimed model-only steps first (1)'),
-    ('--profile-steps', int, 'train: model-only steps profiled after the '
+    ('--model-warmup', 1, 'train: untimed model-only steps first (1)'),
+    ('--profile-steps', 0, 'train: model-only steps profiled after the '
      "timed ones: the GPU's busy time, the top host and device operations "
      '(0)'),
     ('--configs', str, 'overheads: comma-separated, from deit, cifar, t2t '
      '(all)'),
     ('--batch', int, "overheads: images a batch of collate, labels, metric "
      "(the config's; metric: its evaluation batch)"),
-    ('--device', str, 'overheads: cpu (default) or cuda (the batch pinned, '
-     'as the loaders pin it)'),
+    ('--device', 'cpu', 'overheads: cpu (default) or cuda (the batch '
+     'pinned, as the loaders pin it)'),
     ('--eval-batches', int, "overheads: batches of metric's evaluation, "
      'each processed, then evaluated (8); its time is per batch'),
-    ('--rounds', int, 'overheads: timed rounds (10)'),
-    ('--calls', int, 'overheads: calls per timed round (3)'),
+    ('--rounds', 10, 'overheads: timed rounds (10)'),
+    ('--calls', 3, 'overheads: calls per timed round (3)'),
     ('--threads', int, "torch threads of train's model-only step and of "
      "the overheads, OMP threads of the tools' runs (torch's)"),
     ('--out', str, 'also write the markdown here'),
     ('--json', str, 'also write the report as JSON here (several sections: '
      'section -> report)'),
+    ('--tiny', False, 'tiny models, small images, few iterations (the '
+     'tests)'),
+    ('--compile', False, "train, test: --compile to the tools (train's "
+     'model-only step compiled alike)'),
+    ('--amp', False, 'train, test: --amp to the tools; syncs: as '
+     'tools/train.py --amp, on CUDA'),
+    ('--work-root --root', None, 'where data, configs and runs go (a new '
+     'temporary folder); generated data is kept and reused there'),
 )
 
 
@@ -1844,22 +1682,22 @@ def settings_of(args) -> Dict:
     return {k: v for k, v in vars(args).items() if k not in ('out', 'json')}
 
 
-def _names(parser, key: str, value, allowed) -> List[str]:
+def _names(parse, key: str, value, allowed) -> List[str]:
     """``value`` (a comma-separated list) as names, each one of
     ``allowed``."""
     names = [n.strip() for n in value.split(',') if n.strip()] if \
         isinstance(value, str) else list(value)
     unknown = [n for n in names if n not in allowed]
     if unknown or not names:
-        parser.error(f'--{key}: unknown {", ".join(unknown) or "(none)"}; '
-                     f'choose from {", ".join(allowed)}')
+        parse.error(f'--{key}: unknown {", ".join(unknown) or "(none)"}; '
+                    f'choose from {", ".join(allowed)}')
     return names
 
 
-def _settings(parser, args, section: str) -> argparse.Namespace:
+def _settings(parse, args, section: str):
     """``args`` for ``section``: its defaults where no option was given,
     its lists parsed, its limits checked."""
-    run = argparse.Namespace(**vars(args))
+    run = copy.copy(args)
     given = dict(DEFAULTS[section], **TINY.get(section, {})) if args.tiny \
         else DEFAULTS[section]
     for key, value in given.items():
@@ -1868,66 +1706,41 @@ def _settings(parser, args, section: str) -> argparse.Namespace:
     for key, allowed in NAMES.items():
         if section in allowed:
             setattr(run, key,
-                    _names(parser, key, getattr(run, key), allowed[section]))
+                    _names(parse, key, getattr(run, key), allowed[section]))
     if section == 'train' and run.max_batch is None:
         run.max_batch = 0 if torch.cuda.is_available() else 32
     if section in ('train', 'test') and None not in (run.warmup, run.iters) \
             and run.warmup >= run.iters:
-        parser.error(f'--warmup {run.warmup} leaves none of --iters '
-                     f'{run.iters} timed')
+        parse.error(f'--warmup {run.warmup} leaves none of --iters '
+                    f'{run.iters} timed')
     if section in ('train', 'syncs') and run.log_every < 1:
-        parser.error(f'--log-every {run.log_every}: at least 1')
+        parse.error(f'--log-every {run.log_every}: at least 1')
     if section == 'syncs' and run.iters < 2:
-        parser.error('--iters: at least 2')
+        parse.error('--iters: at least 2')
     if section == 'overheads' and run.device.startswith('cuda') and \
             not torch.cuda.is_available():
-        parser.error(f'--device {run.device}: torch sees no CUDA device')
+        parse.error(f'--device {run.device}: torch sees no CUDA device')
     return run
 
 
-def parse_args(
-        argv: Optional[Sequence[str]] = None) -> Dict[str, argparse.Namespace]:
+def parse_args(argv=None) -> Dict:
     """The command line: each section it runs -> its settings."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        '--section',
-        required=True,
-        help=f'comma-separated, from {", ".join(SECTIONS)}, overheads (its '
-        'five) and all')
-    for name, type_, help_ in OPTIONS:
-        parser.add_argument(name, type=type_, help=help_)
-    parser.set_defaults(
-        model_warmup=1, profile_steps=0, device='cpu', rounds=10, calls=3)
-    for flag, help_ in (('--tiny', 'tiny models, small images, few '
-                         'iterations (the tests)'),
-                        ('--compile', "train, test: --compile to the tools "
-                         "(train's model-only step compiled alike)"),
-                        ('--amp', 'train, test: --amp to the tools; syncs: '
-                         'as tools/train.py --amp, on CUDA')):
-        parser.add_argument(flag, action='store_true', help=help_)
-    parser.add_argument(
-        '--work-root',
-        '--root',
-        help='where data, configs and runs go (a new temporary folder); '
-        'generated data is kept and reused there')
-    args = parser.parse_args(argv)
-    groups = dict(
-        all=('train', 'test', 'syncs') + OVERHEADS, overheads=OVERHEADS)
-    chosen = _names(parser, 'section', args.section, SECTIONS + tuple(groups))
+    parse = parser(__doc__, OPTIONS)
+    args = parse.parse_args(argv)
+    groups = dict(all=SECTIONS, overheads=OVERHEADS)
+    chosen = _names(parse, 'section', args.section, SECTIONS + tuple(groups))
     chosen = list(
         dict.fromkeys(s for c in chosen for s in groups.get(c, (c, ))))
     runs = {}
     for section in chosen:
         key = 'overheads' if section in OVERHEADS else section
-        runs[key] = runs.get(key) or _settings(parser, args, key)
+        runs[key] = runs.get(key) or _settings(parse, args, key)
     if 'overheads' in runs:
         runs['overheads'].sections = [s for s in chosen if s in OVERHEADS]
     return runs
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv=None) -> int:
     """Run the sections; 1 where a family failed."""
     runs = parse_args(argv)
     first = next(iter(runs.values()))

@@ -1,40 +1,26 @@
-"""What the joins' per-layer add costs under autocast: the bytes it moves,
-its ops, and its time, against the default join, in one run (CPU).
-
-A layer's attention input is ``qkv(norm1(x))`` under the default join and
-``qkv(norm1(x) + pe)`` under LaPE, PVG and MPVG. Under autocast the norm
-returns float32 and the projection casts its input to the autocast dtype.
-Three paths are measured on the same tensors:
-
-- ``default``: ``qkv(norm1(x))``;
-- ``float32 add``: ``norm1(x) += pe`` in float32, then the projection's cast
-  (mmlape before the add learned the autocast dtype);
-- ``add_attn_pe``: mmlape's add, which writes the autocast dtype directly
-  and so replaces the projection's cast.
-
-The bytes are those every aten op reads and writes (its tensor arguments
-and results, views excluded; for a GPU, whose elementwise kernels are bound
-by memory, what it moves), counted by a dispatch mode; the matmuls' own
-bytes are the same for every path. Eval is the forward without autograd;
-train is forward and backward.
+"""What the joins' per-layer add costs under autocast on the CPU: for one
+layer's attention input (``qkv(norm1(x))`` under the default join,
+``qkv(norm1(x) + pe)`` under LaPE, PVG and MPVG) the bytes every aten op
+reads and writes (views excluded; what bounds a GPU's elementwise kernels),
+the ops and the time, eval and train, of ``default``, ``float32 add``
+(mmlape's add before it learned the autocast dtype) and ``add_attn_pe``
+(which writes the autocast dtype, replacing the projection's cast);
+docs/speed.md reads them.
 
 Example:
     python benchmarks/bench_pe_add.py
     python benchmarks/bench_pe_add.py --shapes deit-tiny:64 --rounds 20
 """
 import argparse
-import os.path as osp
 import sys
 from collections import Counter
-from typing import Callable, Dict, Tuple
+from typing import Dict, Tuple
 
 import torch
 import torch.nn as nn
+from shared import fastest, parser, print_and_save, table
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from timing import fastest  # noqa: E402
 
 #: name -> (tokens, channels) of DeiT at 224x224 (196 patches + class).
 MODELS = {
@@ -76,25 +62,19 @@ class BytesMoved(TorchDispatchMode):
         return out
 
 
-def float32_add(h: torch.Tensor, pe: torch.Tensor) -> torch.Tensor:
-    """The add as mmlape made it before: in place, in ``h``'s float32."""
-    return h.add_(pe)
-
-
-def paths() -> Dict[str, Callable]:
+def paths() -> Dict:
+    """The adds: none, in place in ``h``'s float32, mmlape's."""
     from mmlape.models.layers.pe_add import add_attn_pe
     return {
         'default': None,
-        'float32 add': float32_add,
+        'float32 add': lambda h, pe: h.add_(pe),
         'add_attn_pe': add_attn_pe
     }
 
 
 def attention_input(norm: nn.Module, qkv: nn.Module, add, x, pe):
     h = norm(x)
-    if add is not None:
-        h = add(h, pe)
-    return qkv(h)
+    return qkv(h if add is None else add(h, pe))
 
 
 def step(norm, qkv, add, x, pe, train: bool, dtype) -> None:
@@ -114,11 +94,9 @@ def measure(model: str, batch: int, dtype, rounds: int) -> Dict:
     pe = torch.randn(1, tokens, dims, requires_grad=True)
     results = {}
     for mode in ('eval', 'train'):
-        train = mode == 'train'
-        cases = {}
+        train, cases = mode == 'train', {}
         for name, add in paths().items():
-            counter = BytesMoved()
-            with counter:
+            with BytesMoved() as counter:
                 step(norm, qkv, add, x, pe, train, dtype)
             results[(name, mode)] = dict(
                 bytes=counter.bytes, ops=sum(counter.ops.values()))
@@ -143,8 +121,7 @@ def check_values(dtype) -> Tuple[float, float]:
             y = attention_input(norm, qkv, add, x, pe)
         y.float().square().sum().backward()
         out[name], grads[name] = y.detach().float(), pe.grad.clone()
-    a, b = out.values()
-    ga, gb = grads.values()
+    (a, b), (ga, gb) = out.values(), grads.values()
     return ((a - b).abs().max().item(),
             ((ga - gb).abs().max() / ga.abs().max()).item())
 
@@ -158,38 +135,31 @@ def parse_shape(text: str) -> Tuple[str, int]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument(
-        '--shapes',
-        nargs='+',
-        type=parse_shape,
-        default=[('deit-tiny', 64), ('deit-base', 32)],
-        help='MODEL:BATCH pairs (default: deit-tiny:64 deit-base:32)')
-    parser.add_argument(
-        '--dtype', choices=('bfloat16', 'float16'), default='bfloat16')
-    parser.add_argument('--rounds', type=int, default=10)
-    parser.add_argument('--threads', type=int, default=1)
-    parser.add_argument('--out', help='also write the table (markdown)')
-    args = parser.parse_args(argv)
+    args = parser(__doc__, (
+        ('--shapes', [
+            ('deit-tiny', 64), ('deit-base', 32)
+        ], 'MODEL:BATCH pairs (default: deit-tiny:64 deit-base:32)',
+         dict(type=parse_shape, nargs='+')),
+        ('--dtype', 'bfloat16', None, dict(choices=('bfloat16', 'float16'))),
+        ('--rounds', 10, None),
+        ('--threads', 1, None),
+        ('--out', None, 'also write the table (markdown)'),
+    )).parse_args(argv)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    rows = [
-        '| shape | path | eval MB | eval x | eval ops | eval ms | '
-        'train MB | train x | train ops | train ms |', '|' + '---|' * 10
-    ]
+    rows = []
     for model, batch in args.shapes:
         res = measure(model, batch, dtype, args.rounds)
         for name in paths():
-            cells = []
+            cells = [f'{model} b{batch}', name]
             for mode in ('eval', 'train'):
                 r, base = res[(name, mode)], res[('default', mode)]
                 cells += [
                     f'{r["bytes"] / 2**20:.1f}',
-                    f'{r["bytes"] / base["bytes"]:.3f}', f'{r["ops"]}',
+                    f'{r["bytes"] / base["bytes"]:.3f}', r['ops'],
                     f'{r["ms"]:.2f}'
                 ]
-            rows.append(f'| {model} b{batch} | {name} | ' + ' | '.join(cells) +
-                        ' |')
+            rows.append(cells)
     diff, grad_diff = check_values(dtype)
     note = (f'One layer\'s attention input (norm, PE add, qkv projection) '
             f'under CPU autocast ({args.dtype}), {args.threads} thread(s), '
@@ -198,12 +168,10 @@ def main(argv=None) -> int:
             f"join's. add_attn_pe against the float32 add: attention input "
             f'max abs difference {diff:.1e}, PE gradient max relative '
             f'difference {grad_diff:.1e}.')
-    table = '\n'.join(rows)
-    print(table)
-    print(note)
-    if args.out:
-        with open(args.out, 'w') as f:
-            f.write(table + '\n\n' + note + '\n')
+    text = '\n'.join(
+        table(('shape', 'path', 'eval MB', 'eval x', 'eval ops', 'eval ms',
+               'train MB', 'train x', 'train ops', 'train ms'), rows))
+    print_and_save(f'{text}\n{note}', args.out, f'{text}\n\n{note}\n')
     return 0
 
 

@@ -1,42 +1,19 @@
-"""The per-layer PE add as kernels: each way to write it, timed against the
-default join's cast, with the kernels it launches (torch alone, any device).
-
-Under autocast a layer's attention input is ``norm1(x).to(dtype)`` under
-the default join and ``(norm1(x) + pe).to(dtype)`` under LaPE, PVG and
-MPVG (``pe`` is ``(1, N, C)``, broadcast over the batch). Both move the
-same bytes when the add writes ``dtype`` directly (``add_attn_pe``); this
-script measures whether the kernels also take the same time, and which
-way of writing the add is fastest, for DeiT's eval shapes:
-
-- ``cast``: the default join's ``h.to(dtype)``;
-- ``add to dtype``: ``torch.add(h, pe, out=<dtype>)``, what ``add_attn_pe``
-  does without autograd;
-- ``add to dtype, pe expanded``: the same with ``pe`` made ``(B, N, C)``
-  beforehand (not a candidate: it shows what the broadcast costs);
-- ``float32 add, then cast`` and ``cast, then add``: two kernels each;
-- ``mmlape add_to_dtype``: mmlape's add (its Triton kernel on a GPU, for
-  tensors of 8M values or more without autograd, 16M with it), where mmlape
-  is installed, and on a GPU its Triton kernel with 1, 2, 4 and 8 samples
-  per program at any size;
-- each of them after the LayerNorm (``norm+``), as a layer runs them.
-
-With ``--models``, whole eval steps of timm's ViT (if timm is installed)
-under autocast, interleaved: as it is (the default join), with each
-block's ``norm1`` followed by the add of a per-layer PE written each way
-(mmlape's through its ``add_attn_pe``; on a GPU also with the Triton
-kernel at any size and never), and with LaPE's per-layer LayerNorm of the
-PE in the step as well: how much of a join's eval cost the add explains.
-``--train`` times train steps (forward and backward) instead; ``--host``
-the host time per call of each add on one sample.
-
-It imports torch only, so it runs on a GPU machine before anything else is
-installed. Times are the median of ``--rounds`` rounds of ``--reps`` calls
-(CUDA events on a GPU); kernel names come from ``torch.profiler``.
+"""The per-layer PE add as kernels (torch alone, any device): each way to
+write ``(norm1(x) + pe).to(dtype)`` for DeiT's eval shapes (the default
+join's ``cast``, ``add to dtype``, the same with ``pe`` expanded, ``float32
+add, then cast``, ``cast, then add``, mmlape's ``add_to_dtype`` and, on a
+GPU, its Triton kernel with 1-8 samples per program), alone and after the
+LayerNorm (``norm+``), timed against the cast (the median of ``--rounds``
+rounds of ``--reps`` calls, CUDA events on a GPU), whether it gives the
+float32 sum rounded once, and the kernels it launches (``torch.profiler``).
+``--models`` times whole eval steps of timm's ViT with the add in every
+block, written each way (``--train``: train steps), ``--host`` the host
+time per call of each add (docs/gpu.md reads them).
 
 Example:
     python benchmarks/bench_pe_add_kernels.py --out OUT_DIR
 """
-import argparse
+import copy
 import json
 import os
 import os.path as osp
@@ -46,26 +23,29 @@ from typing import Callable, Dict, List
 
 import torch
 import torch.nn.functional as F
+from shared import parser, table
 
 #: name -> (batch, tokens, channels) of DeiT's eval at 224x224.
 SHAPES = {'deit-tiny': (256, 197, 192), 'deit-base': (128, 197, 768)}
+#: name -> (timm model, eval batch).
+MODELS = {
+    'deit-tiny': ('vit_tiny_patch16_224', 256),
+    'deit-base': ('vit_base_patch16_224', 128)
+}
 
 
 def paths(dtype: torch.dtype) -> Dict[str, Callable]:
     """The ways to write the add, each ``f(h, pe, pe_full)``."""
+
+    def add(h, pe):
+        return torch.add(h, pe, out=torch.empty_like(h, dtype=dtype))
+
     return {
-        'cast':
-        lambda h, pe, full: h.to(dtype),
-        'add to dtype':
-        lambda h, pe, full: torch.add(
-            h, pe, out=torch.empty_like(h, dtype=dtype)),
-        'add to dtype, pe expanded':
-        lambda h, pe, full: torch.add(
-            h, full, out=torch.empty_like(h, dtype=dtype)),
-        'float32 add, then cast':
-        lambda h, pe, full: (h + pe).to(dtype),
-        'cast, then add':
-        lambda h, pe, full: h.to(dtype).add_(pe.to(dtype)),
+        'cast': lambda h, pe, full: h.to(dtype),
+        'add to dtype': lambda h, pe, full: add(h, pe),
+        'add to dtype, pe expanded': lambda h, pe, full: add(h, full),
+        'float32 add, then cast': lambda h, pe, full: (h + pe).to(dtype),
+        'cast, then add': lambda h, pe, full: h.to(dtype).add_(pe.to(dtype)),
     }
 
 
@@ -131,35 +111,25 @@ def timer(device: torch.device, fn: Callable, reps: int, rounds: int) -> float:
 def kernels(device: torch.device, fn: Callable) -> List[str]:
     """The device kernels (or CPU ops) one call launches."""
     from torch.profiler import ProfilerActivity, profile
-    acts = [ProfilerActivity.CPU]
-    if device.type == 'cuda':
-        acts.append(ProfilerActivity.CUDA)
+    cuda = device.type == 'cuda'
+    acts = [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda
     with profile(activities=acts) as prof:
         fn()
-        if device.type == 'cuda':
+        if cuda:
             torch.cuda.synchronize()
-    names = []
-    for evt in prof.events():
-        on_device = str(getattr(evt, 'device_type', '')).endswith('CUDA')
-        if device.type == 'cuda' and not on_device:
-            continue
-        if device.type != 'cuda' and not evt.name.startswith('aten::'):
-            continue
-        names.append(evt.name[:90])
-    return names
-
-
-#: name -> (timm model, eval batch).
-MODELS = {
-    'deit-tiny': ('vit_tiny_patch16_224', 256),
-    'deit-base': ('vit_base_patch16_224', 128)
-}
+    return [
+        evt.name[:90] for evt in prof.events()
+        if (str(getattr(evt, 'device_type', '')).
+            endswith('CUDA') if cuda else evt.name.startswith('aten::'))
+    ]
 
 
 class NormThenAdd(torch.nn.Module):
     """``norm(x) + pe`` for a block's ``norm1``, the add written as ``how``
-    (``'to dtype'``, ``'float32'``); ``pe_norm`` makes the PE LaPE's way,
-    a LayerNorm of the shared PE in every step."""
+    (``'to dtype'``, ``'float32'``, ``'mmlape'``: its ``add_attn_pe``, with
+    autograd, ``'mmlape triton'`` and ``'mmlape torch'``: its Triton kernel
+    at any size or never); ``pe_norm`` makes the PE LaPE's way, a LayerNorm
+    of the shared PE in every step."""
 
     def __init__(self, norm, pe, how, dtype, pe_norm=False):
         super().__init__()
@@ -172,38 +142,31 @@ class NormThenAdd(torch.nn.Module):
         h = self.norm(x)
         pe = self.pe_norm(self.pe) if self.pe_norm is not None else self.pe
         if self.how.startswith('mmlape'):
-            return self._mmlape(h, pe)
+            from mmlape.models.layers import pe_add
+            threshold = pe_add._TRITON_MIN_NUMEL
+            if self.how != 'mmlape':
+                pe_add._TRITON_MIN_NUMEL = dict.fromkeys(
+                    threshold,
+                    1 if self.how == 'mmlape triton' else float('inf'))
+            try:
+                return pe_add.add_attn_pe(h, pe)
+            finally:
+                pe_add._TRITON_MIN_NUMEL = threshold
         if h.dtype == self.dtype or self.how == 'float32':
             return h + pe
         return torch.add(h, pe, out=torch.empty_like(h, dtype=self.dtype))
 
-    def _mmlape(self, h, pe):
-        """mmlape's ``add_attn_pe`` (autograd too); ``'mmlape triton'`` and
-        ``'mmlape torch'`` take the Triton kernel at any size or never."""
-        from mmlape.models.layers import pe_add
-        threshold = pe_add._TRITON_MIN_NUMEL
-        if self.how != 'mmlape':
-            pe_add._TRITON_MIN_NUMEL = dict.fromkeys(
-                threshold, 1 if self.how == 'mmlape triton' else float('inf'))
-        try:
-            return pe_add.add_attn_pe(h, pe)
-        finally:
-            pe_add._TRITON_MIN_NUMEL = threshold
-
 
 def model_rows(args, device, dtype) -> List[Dict]:
-    import copy
-
+    """Whole steps of timm's ViT, as it is and with the add in every block
+    written each way, interleaved: the median step per variant."""
     import timm
     rows = []
     for name in args.shapes:
         arch, batch = MODELS[name]
-        size = 224
-        if args.tiny:
-            batch, size = 2, 32
+        batch, size = (2, 32) if args.tiny else (batch, 224)
         base = timm.create_model(arch, img_size=size).to(device).eval()
-        N = base.patch_embed.num_patches + 1
-        C = base.embed_dim
+        N, C = base.patch_embed.num_patches + 1, base.embed_dim
         g = torch.Generator().manual_seed(0)
         variants = {'default (timm as is)': base}
         hows = [('add to dtype', 'to dtype', False),
@@ -237,7 +200,6 @@ def model_rows(args, device, dtype) -> List[Dict]:
 
         for m in variants.values():
             m.train(args.train)
-
         times = {k: [] for k in variants}
         for _ in range(3):
             for m in variants.values():
@@ -302,13 +264,10 @@ def host_rows(args, device, dtype) -> List[Dict]:
 
 
 def run(args) -> Dict:
-    device = torch.device(args.device)
-    dtype = getattr(torch, args.dtype)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     rows = []
     for name in ([] if args.no_kernels else args.shapes):
-        B, N, C = SHAPES[name]
-        if args.tiny:
-            B, N, C = 2, 5, 8
+        B, N, C = (2, 5, 8) if args.tiny else SHAPES[name]
         g = torch.Generator().manual_seed(0)
         x = torch.randn(B, N, C, generator=g).to(device)
         pe = torch.randn(1, N, C, generator=g).to(device)
@@ -360,80 +319,55 @@ def run(args) -> Dict:
         models=model_rows(args, device, dtype) if args.models else [])
 
 
-def table(report: Dict) -> str:
+def markdown(report: Dict) -> str:
+    exact = {None: '', True: 'yes', False: 'no'}
     lines = [
-        f"{report['device']}, torch {report['torch']}, {report['dtype']}", '',
-        '| shape | path | us | x cast | norm+ us | norm+ x | exact | '
-        'kernels |', '|---|---|---|---|---|---|---|---|'
-    ]
-    for r in report['rows']:
-        exact = {
-            None: '',
-            True: 'yes',
-            False: 'no'
-        }[r['equals_float32_sum_rounded']]
-        lines.append(
-            f"| {r['shape']} b{r['B']} | {r['path']} | {r['us']:.1f} | "
-            f"{r['x_cast']:.3f} | {r['norm_plus_us']:.1f} | "
-            f"{r['norm_plus_x']:.3f} | {exact} | "
-            f"{'; '.join(r['kernels'])} |")
+        f"{report['device']}, torch {report['torch']}, {report['dtype']}", ''
+    ] + table(
+        ('shape', 'path', 'us', 'x cast', 'norm+ us', 'norm+ x', 'exact',
+         'kernels'),
+        [(f"{r['shape']} b{r['B']}", r['path'], f"{r['us']:.1f}",
+          f"{r['x_cast']:.3f}", f"{r['norm_plus_us']:.1f}",
+          f"{r['norm_plus_x']:.3f}", exact[r['equals_float32_sum_rounded']],
+          '; '.join(r['kernels'])) for r in report['rows']])
     if report.get('host'):
-        lines += ['', '| one sample (host time per call) | us |', '|---|---|']
-        lines += [
-            f"| {r['path']} | {r['host_us']:.1f} |" for r in report['host']
-        ]
+        lines += [''] + table(
+            ('one sample (host time per call)', 'us'),
+            [(r['path'], f"{r['host_us']:.1f}") for r in report['host']])
     if report['models']:
-        lines += [
-            '', f"| model | variant | {report.get('step', 'eval')} ms | "
-            'img/s | x default |', '|---|---|---|---|---|'
-        ]
-        for r in report['models']:
-            lines.append(f"| {r['model']} b{r['B']} | {r['variant']} | "
-                         f"{r['ms']:.2f} | {r['img_s']:,.0f} | "
-                         f"{r['x_default']:.3f} |")
+        lines += [''] + table(
+            ('model', 'variant', f"{report.get('step', 'eval')} ms", 'img/s',
+             'x default'),
+            [(f"{r['model']} b{r['B']}", r['variant'], f"{r['ms']:.2f}",
+              f"{r['img_s']:,.0f}", f"{r['x_default']:.3f}")
+             for r in report['models']])
     return '\n'.join(lines) + '\n'
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument(
-        '--dtype', default='bfloat16', choices=['bfloat16', 'float16'])
-    parser.add_argument(
-        '--shapes', nargs='+', default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument('--reps', type=int, default=50)
-    parser.add_argument('--rounds', type=int, default=7)
-    parser.add_argument(
-        '--tiny', action='store_true', help='2x5x8 tensors (a quick check)')
-    parser.add_argument(
-        '--compiled',
-        action='store_true',
-        help='also the cast and the add compiled by inductor')
-    parser.add_argument(
-        '--models',
-        action='store_true',
-        help="whole eval steps of timm's ViT (needs timm)")
-    parser.add_argument(
-        '--train',
-        action='store_true',
-        help='with --models: train steps (forward and backward), not eval')
-    parser.add_argument(
-        '--host',
-        action='store_true',
-        help='host time per call of each add (needs mmlape)')
-    parser.add_argument(
-        '--no-kernels',
-        action='store_true',
-        help='leave out the per-kernel rows (with --host or --models)')
-    parser.add_argument('--out', help='folder for the .json and .md')
-    return parser.parse_args(argv)
+    return parser(__doc__, (
+        ('--device', 'cuda' if torch.cuda.is_available() else 'cpu', None),
+        ('--dtype', 'bfloat16', None, dict(choices=['bfloat16', 'float16'])),
+        ('--shapes', list(SHAPES), None, dict(choices=list(SHAPES))),
+        ('--reps', 50, None),
+        ('--rounds', 7, None),
+        ('--tiny', False, '2x5x8 tensors (a quick check)'),
+        ('--compiled', False, 'also the cast and the add compiled by '
+         'inductor'),
+        ('--models', False, "whole eval steps of timm's ViT (needs timm)"),
+        ('--train', False, 'with --models: train steps (forward and '
+         'backward), not eval'),
+        ('--host', False, 'host time per call of each add (needs mmlape)'),
+        ('--no-kernels', False, 'leave out the per-kernel rows (with --host '
+         'or --models)'),
+        ('--out', None, 'folder for the .json and .md'),
+    )).parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     report = run(args)
-    text = table(report)
+    text = markdown(report)
     print(text, end='')
     if args.out:
         os.makedirs(args.out, exist_ok=True)

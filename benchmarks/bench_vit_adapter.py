@@ -1,43 +1,32 @@
-"""ViT-Adapter-Ti at 512x512: cost of the PE joins, and where the time goes.
-
-Fastest eval forward and train step (forward + backward) of the backbone for
-every join that has configs (default, LaPE, PVG, MPVG; MPVG with the final
-norm on, as its configs: ViT-Adapter has no final ViT norm of its own),
-interleaved round by round, as ratios to the default join measured in the
-same run. Target: <= 1.03x.
-
-Then a breakdown of one eval forward of the default model by module kind:
-multi-scale deformable attention (injectors and extractors), ViT blocks, the
-spatial prior module and the rest (ConvFFNs, norms, up-sampling, pyramid).
+"""ViT-Adapter-Ti at 512x512: the fastest eval forward and train step of
+the backbone for every join that has configs (MPVG with the final norm on,
+as its configs), interleaved, as ratios to the default join (target:
+<= 1.03x); then where one eval forward of the default model goes, by
+module kind (deformable attention, ViT blocks, the spatial prior module,
+the rest). docs/speed.md reads them.
 
 Example:
     python benchmarks/bench_vit_adapter.py --rounds 5
 """
-import argparse
-import os.path as osp
 import sys
 import time
 from collections import defaultdict
 
 import torch
-
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from timing import interleaved_minima  # noqa: E402
+from shared import interleaved_minima, join_class, join_names, parser, table
 
 
 def joins():
     """The joins timed: every registered join that has configs."""
-    from mmlape.models.layers import pe_join_classes
-    return list(pe_join_classes(with_configs=True))
+    return join_names(with_configs=True)
 
 
 def build(join):
     from mmlape.models import LaPEViTAdapter
-    from mmlape.registry import PE_JOINS
     return LaPEViTAdapter(
         'tiny',
         pe_join=join,
-        final_norm=PE_JOINS.module_dict[join].adds_pe_at_final_norm,
+        final_norm=join_class(join).adds_pe_at_final_norm,
         drop_path_rate=0.,
         interaction_indexes=[[0, 2], [3, 5], [6, 8], [9, 11]],
         window_size=[14, 14, 0] * 4)
@@ -62,9 +51,7 @@ def breakdown(model, img):
         TransformerBlock: 'ViT blocks',
         SpatialPriorModule: 'spatial prior module'
     }
-    spent = defaultdict(float)
-    starts = {}
-    handles = []
+    spent, starts, handles = defaultdict(float), {}, []
     for module in model.modules():
         kind = next((v for k, v in kinds.items() if isinstance(module, k)),
                     None)
@@ -87,12 +74,12 @@ def breakdown(model, img):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--size', type=int, default=512)
-    parser.add_argument('--rounds', type=int, default=5)
-    parser.add_argument('--warmup', type=int, default=1)
-    parser.add_argument('--threads', type=int, default=1)
-    args = parser.parse_args()
+    args = parser(__doc__, (
+        ('--size', 512, None),
+        ('--rounds', 5, None),
+        ('--warmup', 1, None),
+        ('--threads', 1, None),
+    )).parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     img = torch.randn(1, 3, args.size, args.size)
@@ -102,28 +89,27 @@ def main():
         lambda model, mode: step(model, img, mode == 'train'),
         rounds=args.rounds,
         warmup=args.warmup)
-    base = med['Default']
-    print(f'| ViT-Adapter-Ti {args.size}x{args.size}, {args.threads} '
-          f'thread(s) | eval s | eval x | train s | train x |')
-    print('|---|---|---|---|---|')
-    failed = []
+    base, rows, failed = med['Default'], [], []
     for name in models:
         ev, tr = med[name]['eval'], med[name]['train']
-        print(f'| {name} | {ev:.3f} | {ev / base["eval"]:.3f} | {tr:.3f} | '
-              f'{tr / base["train"]:.3f} |')
+        rows.append((name, f'{ev:.3f}', f'{ev / base["eval"]:.3f}',
+                     f'{tr:.3f}', f'{tr / base["train"]:.3f}'))
         for mode in ('eval', 'train'):
             if med[name][mode] / base[mode] > 1.03:
                 failed.append(f'{name} {mode}')
+    print('\n'.join(
+        table((f'ViT-Adapter-Ti {args.size}x{args.size}, {args.threads} '
+               'thread(s)', 'eval s', 'eval x', 'train s', 'train x'), rows)))
     print('targets (<= 1.03x): ' +
           ('all met' if not failed else 'missed: ' + ', '.join(failed)))
-    model = models['Default'].eval()
-    total, spent = breakdown(model, img)
+    total, spent = breakdown(models['Default'].eval(), img)
     print(f'\nwhere one eval forward of the default model goes '
           f'({total:.3f} s):')
-    print('| part | s | share |')
-    print('|---|---|---|')
-    for kind, secs in sorted(spent.items(), key=lambda kv: -kv[1]):
-        print(f'| {kind} | {secs:.3f} | {secs / total:.0%} |')
+    print('\n'.join(
+        table(
+            ('part', 's', 'share'),
+            [(kind, f'{secs:.3f}', f'{secs / total:.0%}')
+             for kind, secs in sorted(spent.items(), key=lambda kv: -kv[1])])))
     return 0
 
 

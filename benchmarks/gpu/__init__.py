@@ -1,3 +1,1 @@
-"""The sections of ``bench_gpu.py``, one module each: ``deit``,
-``compiled`` (the ``compile`` section), ``dense`` (``adapter`` and
-``segmenter``), ``msda`` and ``dist``; ``common`` holds what they share."""
+"""The sections of ``bench_gpu.py``; ``common`` holds what they share."""

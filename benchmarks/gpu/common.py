@@ -1,66 +1,30 @@
 """What every section of ``bench_gpu.py`` shares: the run's settings and
-rows, formatting, memory, the train and eval steps, the join enumeration.
-
-The sections time through :func:`timing.fastest` (``Bench.fastest``), the
-one timer of the benchmarks.
-"""
-import argparse
+rows (timed by :func:`shared.fastest`), formatting, memory, the train and
+eval steps."""
 import datetime
 import gc
+import importlib.metadata as md
 import os
-import os.path as osp
-import sys
-import traceback
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timing import fastest
+from shared import error_text, fastest, table
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-#: Targets of the issue: step time ratios to the default join.
-TARGETS = {'train': 1.03, 'eval': 1.01}
 COLUMNS = ('section', 'case', 'join', 'train', 'x', 'eval', 'x', 'peak mem',
            'note')
-#: Tiny shapes for ``--tiny`` (CPU tests): 64 dims, 4 layers.
-TINY_ARCH = dict(
-    embed_dims=64, num_layers=4, num_heads=2, feedforward_channels=256)
-#: Backbone arguments of a join without a class token (classification).
-GAP = dict(with_cls_token=False, out_type='avg_featmap')
-
-
-def join_names(with_configs: bool = False) -> List[str]:
-    """Registered joins in the tables' order (with configs: those the
-    papers compare), read from the registry when called."""
-    from mmlape.models.layers import pe_join_classes
-    return list(pe_join_classes(with_configs))
-
-
-def join_class(name: str):
-    """The registered class of join ``name``, or None (a reference model
-    such as ``timm``)."""
-    from mmlape.registry import PE_JOINS
-    return PE_JOINS.module_dict.get(name)
-
-
-def targeted(name: str) -> bool:
-    """Whether the cost targets hold for ``name``: a join that is not a
-    baseline (LaPE, PVG, MPVG, ...)."""
-    cls = join_class(name)
-    return cls is not None and not cls.baseline
+#: The rows' keys, in the columns' order.
+KEYS = ('section', 'case', 'join', 'train', 'train_x', 'eval', 'eval_x',
+        'memory', 'note')
 
 
 class Bench:
-    """Settings and results of one run.
+    """Settings (from the parsed command line ``args``) and rows of a
+    run."""
 
-    Args:
-        args (argparse.Namespace): The parsed command line.
-    """
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.tiny = args.tiny
+    def __init__(self, args) -> None:
+        self.args, self.tiny = args, args.tiny
         self.device = torch.device(args.device)
         self.dtype = getattr(torch, args.amp_dtype)
         self.dense_dtype = getattr(torch, args.dense_amp_dtype)
@@ -79,59 +43,44 @@ class Bench:
         return torch.autocast(
             self.device.type, dtype=dtype, enabled=dtype != torch.float32)
 
-    def add(self,
-            section: str,
-            case: str,
-            join: str = '-',
-            train: str = '-',
-            train_x: str = '-',
-            eval_: str = '-',
-            eval_x: str = '-',
-            memory: str = '-',
-            note: str = '') -> None:
+    def add(self, section: str, case: str, join='-', note='', **cells):
+        """A row; ``cells``: ``train``, ``train_x``, ``eval``, ``eval_x``,
+        ``memory`` (``-`` where not given)."""
         self.rows.append(
             dict(
+                dict.fromkeys(KEYS, '-'),
                 section=section,
                 case=case,
                 join=join,
-                train=train,
-                train_x=train_x,
-                eval=eval_,
-                eval_x=eval_x,
-                memory=memory,
-                note=note))
+                note=note,
+                **cells))
 
     def failed(self, section: str, case: str, join: str,
                err: BaseException) -> None:
         """A row for a case that raised; the traceback goes to stderr."""
-        traceback.print_exc(file=sys.stderr)
-        message = f'{type(err).__name__}: {err}'.replace('\n', ' ')
-        self.add(section, case, join, note=f'failed: {message[:160]}')
+        self.add(section, case, join, f'failed: {error_text(err, 160)}')
 
     def sync(self) -> None:
         if self.device.type == 'cuda':
             torch.cuda.synchronize()
 
-    def fastest(self,
-                cases: Dict,
-                iters: Optional[int] = None,
-                setups: Optional[Dict] = None) -> Dict:
-        """Fastest mean seconds per call of each case
-        (:func:`timing.fastest` with this run's rounds, warm-up and
-        ``iters`` calls per round, synchronising the device)."""
-        return fastest(
-            cases,
-            rounds=self.rounds,
-            warmup=self.warmup,
-            iters=iters or self.iters,
-            setups=setups,
-            sync=self.sync)
+    def fastest(self, cases: Dict, iters=None, setups=None) -> Dict:
+        """:func:`shared.fastest` with this run's rounds, warm-up and
+        ``iters`` calls per round, synchronising the device."""
+        return fastest(cases, self.rounds, self.warmup, iters or self.iters,
+                       setups, self.sync)
+
+    def inputs(self, batch: int, img: int):
+        """A seeded batch of ``img`` x ``img`` images and 1000 classes."""
+        gen = torch.Generator(device=self.device).manual_seed(0)
+        x = torch.randn(batch, 3, img, img, device=self.device, generator=gen)
+        return x, torch.randint(
+            0, 1000, (batch, ), device=self.device, generator=gen)
 
 
 def environment(device: torch.device, amp_dtype: str,
                 dense_amp_dtype: str) -> Dict[str, str]:
     """Device, versions and date for the table's caption."""
-    import importlib.metadata as md
 
     def version(name):
         try:
@@ -176,7 +125,11 @@ def fmt_mem(nbytes: Optional[int]) -> str:
         f'{nbytes / 2**20:.0f} MiB'
 
 
-def table(meta: Dict[str, str], rows: Sequence[Dict[str, str]]) -> str:
+def fmt_ratio(t: float, base: Optional[float]) -> str:
+    return f'{t / base:.3f}' if base else '-'
+
+
+def markdown(meta: Dict[str, str], rows: Sequence[Dict[str, str]]) -> str:
     """The caption and the markdown table."""
     caption = (f"{meta['device']}, torch {meta['torch']}, mmcv "
                f"{meta['mmcv']}, timm {meta['timm']}, {meta['date']}; "
@@ -186,16 +139,8 @@ def table(meta: Dict[str, str], rows: Sequence[Dict[str, str]]) -> str:
                f"join's in the same section and size; peak mem = the most "
                f"CUDA memory a train step allocates above what was "
                f"allocated before it.")
-    lines = [
-        caption, '', '| ' + ' | '.join(COLUMNS) + ' |',
-        '|' + '---|' * len(COLUMNS)
-    ]
-    keys = ('section', 'case', 'join', 'train', 'train_x', 'eval', 'eval_x',
-            'memory', 'note')
-    for row in rows:
-        cells = [str(row[k]).replace('|', '/') for k in keys]
-        lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines)
+    cells = [[str(row[k]).replace('|', '/') for k in KEYS] for row in rows]
+    return '\n'.join([caption, ''] + table(COLUMNS, cells))
 
 
 def peak_memory(bench: Bench, fn: Callable[[], None]) -> Optional[int]:
@@ -209,10 +154,6 @@ def peak_memory(bench: Bench, fn: Callable[[], None]) -> Optional[int]:
     fn()
     bench.sync()
     return torch.cuda.max_memory_allocated(bench.device) - before
-
-
-def fmt_ratio(t: float, base: Optional[float]) -> str:
-    return f'{t / base:.3f}' if base else '-'
 
 
 def free(bench: Bench) -> None:

@@ -1,24 +1,27 @@
 """``deit``: DeiT-Ti and DeiT-B classifiers, every join against
 mmpretrain's ``VisionTransformer`` and timm's DeiT: train and eval
 throughput, peak memory, MFU against the measured bf16 matmul peak, the
-targets."""
+targets. ``compile``: ``torch.compile`` per join: graph breaks of the train
+and the eval forward (``torch._dynamo.explain``), the graphs compiled
+(counted by wrapping the backend) and the speed-up over eager steps."""
+import time
 from typing import Callable, Dict
 
 import torch
 import torch.nn as nn
+from shared import GAP, TARGETS, TINY_ARCH, join_class, targeted
 
-from .common import (GAP, TARGETS, TINY_ARCH, Bench, Classifier, eval_fn,
-                     fmt_flops, fmt_mem, fmt_rate, fmt_ratio, free, join_class,
-                     peak_memory, targeted, train_fn)
+from .common import (Bench, Classifier, eval_fn, fmt_flops, fmt_mem, fmt_rate,
+                     fmt_ratio, free, peak_memory, train_fn)
 
 #: Default join throughput relative to the reference implementations.
 REFERENCE_TARGETS = {'timm': 0.98, 'mmpretrain ViT': 1.0}
 DEIT_NAMES = {'tiny': 'DeiT-Ti', 'base': 'DeiT-B'}
 
 
-def matmul_peak(bench: Bench) -> float:
-    """Measured FLOP/s of a square matrix product in the autocast dtype."""
-    n = 512 if bench.tiny else 8192
+def matmul_peak(bench: Bench, n: int) -> float:
+    """Measured FLOP/s of an ``n`` x ``n`` matrix product in the autocast
+    dtype."""
     gen = torch.Generator(device=bench.device).manual_seed(0)
     a, b = (
         torch.randn(
@@ -60,8 +63,6 @@ def deit_models(bench: Bench, arch: str) -> Dict[str, Callable[[], nn.Module]]:
         return Classifier(
             VisionTransformer(mm_arch, img_size=img, patch_size=16), dims)
 
-    builders['mmpretrain ViT'] = mmpretrain_vit
-
     def timm_deit():
         import timm
         extra = dict(
@@ -73,8 +74,7 @@ def deit_models(bench: Bench, arch: str) -> Dict[str, Callable[[], nn.Module]]:
             num_classes=1000,
             **extra)
 
-    builders['timm'] = timm_deit
-    return builders
+    return dict(builders, **{'mmpretrain ViT': mmpretrain_vit}, timm=timm_deit)
 
 
 def model_flops(model: nn.Module, img: int) -> float:
@@ -88,27 +88,33 @@ def model_flops(model: nn.Module, img: int) -> float:
     return float(counter.get_total_flops())
 
 
+def steps(bench: Bench, model, x, y):
+    """A model's train and eval steps and their setups by mode, its
+    optimizer."""
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=1e-4, fused=bench.device.type == 'cuda')
+    cases = dict(
+        train=train_fn(bench, model, opt, x, y), eval=eval_fn(bench, model, x))
+    return cases, dict(train=model.train, eval=model.eval), opt
+
+
 def section_deit(bench: Bench) -> None:
     """Train/eval throughput, memory and MFU of the DeiT classifiers."""
-    peak = matmul_peak(bench)
     n = 512 if bench.tiny else 8192
+    peak = matmul_peak(bench, n)
     bench.add(
         'deit',
         f'{bench.args.amp_dtype} matmul {n}x{n}x{n}',
-        train=fmt_flops(peak) + '/s',
-        note='the peak that MFU is measured against')
-    sizes = (('tiny', 4 if bench.tiny else 256), ('base',
-                                                  4 if bench.tiny else 128))
-    for arch, batch in sizes:
+        note='the peak that MFU is measured against',
+        train=fmt_flops(peak) + '/s')
+    img = 32 if bench.tiny else 224
+    for arch, batch in (('tiny', 256), ('base', 128)):
         if arch not in bench.args.archs:
             continue
-        img = 32 if bench.tiny else 224
+        batch = 4 if bench.tiny else batch
         case = f'{DEIT_NAMES[arch]} b{batch}'
-        gen = torch.Generator(device=bench.device).manual_seed(0)
-        x = torch.randn(batch, 3, img, img, device=bench.device, generator=gen)
-        y = torch.randint(
-            0, 1000, (batch, ), device=bench.device, generator=gen)
-        models, notes, steps, setups = {}, {}, {}, {}
+        x, y = bench.inputs(batch, img)
+        models, notes, cases, setups = {}, {}, {}, {}
         for name, build in deit_models(bench, arch).items():
             try:
                 models[name] = build().to(bench.device)
@@ -117,21 +123,18 @@ def section_deit(bench: Bench) -> None:
             except Exception as err:  # noqa: BLE001 -- reported in the row
                 bench.failed('deit', case, name, err)
         for name, model in models.items():
-            opt = torch.optim.AdamW(
-                model.parameters(), lr=1e-4, fused=bench.device.type == 'cuda')
-            steps[name, 'train'] = train_fn(bench, model, opt, x, y)
-            steps[name, 'eval'] = eval_fn(bench, model, x)
-            setups[name, 'train'] = model.train
-            setups[name, 'eval'] = model.eval
-        times = bench.fastest(steps, setups=setups)
+            more, setup, _ = steps(bench, model, x, y)
+            cases.update({(name, m): s for m, s in more.items()})
+            setups.update({(name, m): s for m, s in setup.items()})
+        times = bench.fastest(cases, setups=setups)
         memory = {}
         for name, model in models.items():
             model.train()
-            memory[name] = peak_memory(bench, steps[name, 'train'])
+            memory[name] = peak_memory(bench, cases[name, 'train'])
         base = {m: times.get(('Default', m)) for m in ('train', 'eval')}
         for name in list(models) + [n for n in notes if n not in models]:
             if name not in models:
-                bench.add('deit', case, name, note=notes[name])
+                bench.add('deit', case, name, notes[name])
                 continue
             tr, ev = times[name, 'train'], times[name, 'eval']
             row_notes = []
@@ -158,11 +161,100 @@ def section_deit(bench: Bench) -> None:
                 'deit',
                 case,
                 name,
+                '; '.join(row_notes),
                 train=fmt_rate(batch / tr),
                 train_x=fmt_ratio(tr, base['train']),
-                eval_=fmt_rate(batch / ev),
+                eval=fmt_rate(batch / ev),
                 eval_x=fmt_ratio(ev, base['eval']),
-                memory=fmt_mem(memory[name]),
-                note='; '.join(row_notes))
-        del models, steps
+                memory=fmt_mem(memory[name]))
+        del models, cases
         free(bench)
+
+
+def counting_backend(name: str, graphs: list):
+    """The ``torch.compile`` backend ``name``, appending to ``graphs`` each
+    time it compiles a graph (a first compile or a recompile)."""
+    from torch._dynamo.backends.registry import lookup_backend
+    inner = lookup_backend(name)
+
+    def backend(gm, example_inputs):
+        graphs.append(len(gm.graph.nodes))
+        return inner(gm, example_inputs)
+
+    return backend
+
+
+def section_compile(bench: Bench) -> None:
+    """Graph breaks and speed-up of ``torch.compile`` per join."""
+    import torch._dynamo as dynamo
+    arch = bench.args.compile_arch
+    batch = 4 if bench.tiny else (256 if arch == 'tiny' else 128)
+    case = f'{DEIT_NAMES[arch]} b{batch}, {bench.args.compile_backend}'
+    x, y = bench.inputs(batch, 32 if bench.tiny else 224)
+    builders = deit_models(bench, arch)
+    for join in bench.args.joins:
+        if join not in bench.args.compile_joins:
+            continue
+        try:
+            dynamo.reset()
+            model = builders[join]().to(bench.device)
+            breaks = []
+            # the second eval call takes the PE plan that the first cached
+            for mode, label in (('train', 'train'), ('eval', 'eval'),
+                                ('eval', 'eval, cached plan')):
+                if label != 'eval, cached plan':  # eval() empties the cache
+                    model.train(mode == 'train')
+                grad = torch.enable_grad() if mode == 'train' else \
+                    torch.no_grad()
+                with grad, bench.autocast():
+                    out = dynamo.explain(model)(x)
+                reasons = sorted({
+                    str(getattr(r, 'reason', r)).split('\n')[0][:80]
+                    for r in out.break_reasons
+                })
+                breaks.append(f'{label}: {out.graph_break_count} break(s)' + (
+                    f' ({"; ".join(reasons[:2])})' if reasons else ''))
+            dynamo.reset()
+            graphs = []
+            compiled = torch.compile(
+                model,
+                backend=counting_backend(bench.args.compile_backend, graphs))
+            eager, _, opt = steps(bench, model, x, y)
+            start = time.perf_counter()
+            model.train()
+            train_fn(bench, compiled, opt, x, y)()
+            model.eval()
+            eval_fn(bench, compiled, x)()
+            bench.sync()
+            compile_s = time.perf_counter() - start
+            first = len(graphs)
+            cases = {
+                'eager train': eager['train'],
+                'compiled train': train_fn(bench, compiled, opt, x, y),
+                'eager eval': eager['eval'],
+                'compiled eval': eval_fn(bench, compiled, x),
+            }
+            setups = {
+                k: model.train if k.endswith('train') else model.eval
+                for k in cases
+            }
+            times = bench.fastest(cases, setups=setups)
+            tr = times['eager train'] / times['compiled train']
+            ev = times['eager eval'] / times['compiled eval']
+            bench.add(
+                'compile',
+                case,
+                join,
+                '; '.join(breaks) + f'; first compile {compile_s:.0f} s'
+                f' ({first} graphs); recompiles while timed: '
+                f'{len(graphs) - first}',
+                train=fmt_rate(batch / times['compiled train']),
+                train_x=f'{tr:.2f}x faster',
+                eval=fmt_rate(batch / times['compiled eval']),
+                eval_x=f'{ev:.2f}x faster')
+            del model, compiled, opt
+        except Exception as err:  # noqa: BLE001 -- reported in the row
+            bench.failed('compile', case, join, err)
+        finally:
+            dynamo.reset()
+            free(bench)

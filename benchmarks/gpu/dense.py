@@ -1,25 +1,19 @@
 """``adapter`` and ``segmenter``: one training step per join of the dense
 configs (ViT-Adapter-Ti Mask R-CNN and UperNet, Segmenter-Ti), random init,
-SyncBN as BN in one process: time, memory, loss."""
+SyncBN as BN in one process: time, memory, loss. ``msda``: mmcv's CUDA
+multi-scale deformable attention against its PyTorch path at
+ViT-Adapter-Ti's 1024x1024 shapes: max abs differences (output and
+gradients), speed, and whether the CUDA op takes half and bfloat16."""
 import os.path as osp
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Sequence
 
 import torch
 import torch.nn as nn
-from small_dense import model_overrides
+from shared import ROOT, join_class, join_names
+from small_dense import DENSE_CONFIGS, model_overrides
 
 from mmlape.hosts import float32_mmcv_ops
-from .common import (ROOT, Bench, fmt_mem, fmt_rate, fmt_ratio, free,
-                     join_class, join_names, peak_memory)
-
-#: Config of each dense family, ``{}`` for the join's suffix.
-CONFIGS = {
-    'mask-rcnn': 'vit_adapter/mask-rcnn_vit-adapter-tiny{}_fpn_3x_coco.py',
-    'upernet':
-    'vit_adapter/upernet_vit-adapter-tiny{}_8xb2-160k_ade20k-512x512.py',
-    'segmenter':
-    'segmenter/segmenter_vit-tiny{}_mask_8xb1-160k_ade20k-512x512.py',
-}
+from .common import Bench, fmt_mem, fmt_rate, fmt_ratio, free, peak_memory
 
 
 def dense_configs(family: str) -> Dict[str, str]:
@@ -27,8 +21,8 @@ def dense_configs(family: str) -> Dict[str, str]:
     has configs."""
     return {
         join:
-        osp.join(ROOT, 'configs',
-                 CONFIGS[family].format(join_class(join).config_suffix))
+        osp.join(ROOT,
+                 DENSE_CONFIGS[family].format(join_class(join).config_suffix))
         for join in join_names(with_configs=True)
     }
 
@@ -131,13 +125,15 @@ def dense_step(bench: Bench, model: nn.Module, opt, data: Dict,
     return step
 
 
-def one_step_section(bench: Bench, section: str, family: str, case: str,
-                     size: int, batch: int) -> None:
-    """One training step of a dense family per join: time, memory, loss."""
-    configs = dense_configs(family)
+def one_step_section(bench: Bench, section: str, family: str, name: str,
+                     real: tuple, tiny: tuple) -> None:
+    """One training step of a dense family per join: time, memory, loss;
+    ``(size, batch)`` of the ``real`` and the ``tiny`` runs."""
+    size, batch = tiny if bench.tiny else real
+    case = f'{name} {size}x{size} b{batch}'
     data = dense_batch(family, batch, size, bench.device)
     results = {}
-    for join, config in configs.items():
+    for join, config in dense_configs(family).items():
         if join not in bench.args.joins:
             continue
         label = 'MPVG (PVG join)' if join == 'MPVG' and \
@@ -165,30 +161,150 @@ def one_step_section(bench: Bench, section: str, family: str, case: str,
             section,
             case,
             label,
-            train=f'{1e3 * t:.0f} ms/step ({fmt_rate(batch / t)})',
-            train_x=fmt_ratio(t, base),
-            memory=fmt_mem(mem),
-            note=f'{str(bench.dense_dtype)[6:]} autocast; loss '
+            f'{str(bench.dense_dtype)[6:]} autocast; loss '
             f'{loss[0].item():.3f} -> {loss[-1].item():.3f} over '
             f'{len(loss)} steps on one batch' +
-            ('' if finite else ' (NOT FINITE)'))
+            ('' if finite else ' (NOT FINITE)'),
+            train=f'{1e3 * t:.0f} ms/step ({fmt_rate(batch / t)})',
+            train_x=fmt_ratio(t, base),
+            memory=fmt_mem(mem))
 
 
 def section_adapter(bench: Bench) -> None:
-    size = 64 if bench.tiny else 1024
-    batch = 1 if bench.tiny else 2
     one_step_section(bench, 'adapter', 'mask-rcnn',
-                     f'ViT-Adapter-Ti Mask R-CNN {size}x{size} b{batch}', size,
-                     batch)
-    size = 64 if bench.tiny else 512
-    batch = 2 if bench.tiny else 8
-    one_step_section(bench, 'adapter', 'upernet',
-                     f'ViT-Adapter-Ti UperNet {size}x{size} b{batch}', size,
-                     batch)
+                     'ViT-Adapter-Ti Mask R-CNN', (1024, 2), (64, 1))
+    one_step_section(bench, 'adapter', 'upernet', 'ViT-Adapter-Ti UperNet',
+                     (512, 8), (64, 2))
 
 
 def section_segmenter(bench: Bench) -> None:
-    size = 64 if bench.tiny else 512
-    batch = 2 if bench.tiny else 8
-    one_step_section(bench, 'segmenter', 'segmenter',
-                     f'Segmenter-Ti {size}x{size} b{batch}', size, batch)
+    one_step_section(bench, 'segmenter', 'segmenter', 'Segmenter-Ti', (512, 8),
+                     (64, 2))
+
+
+def msda_inputs(bench: Bench, num_query: int, value_grids: Sequence,
+                heads: int, dims: int, points: int, batch: int) -> List:
+    """Random inputs of ``multi_scale_deformable_attn``: value, spatial
+    shapes, level starts, sampling locations, attention weights."""
+    gen = torch.Generator(device=bench.device).manual_seed(0)
+    dev = bench.device
+    shapes = torch.tensor(value_grids, dtype=torch.long, device=dev)
+    starts = torch.cat(
+        [shapes.new_zeros(1), (shapes[:, 0] * shapes[:, 1]).cumsum(0)[:-1]])
+    num_value = sum(h * w for h, w in value_grids)
+    levels = len(value_grids)
+    value = torch.randn(
+        batch, num_value, heads, dims, device=dev, generator=gen)
+    loc = torch.rand(
+        batch, num_query, heads, levels, points, 2, device=dev, generator=gen)
+    weight = torch.rand(
+        batch, num_query, heads, levels, points, device=dev,
+        generator=gen).flatten(-2).softmax(-1).view(batch, num_query, heads,
+                                                    levels, points)
+    return [
+        value.requires_grad_(), shapes, starts,
+        loc.requires_grad_(),
+        weight.requires_grad_()
+    ]
+
+
+def section_msda(bench: Bench) -> None:
+    """Max abs difference and speed of mmcv's CUDA deformable attention
+    against its PyTorch path, at ViT-Adapter-Ti's shapes."""
+    from mmcv.ops.multi_scale_deform_attn import (
+        MultiScaleDeformableAttnFunction, multi_scale_deformable_attn_pytorch)
+    s = 64 if bench.tiny else 1024
+    heads, dims = (2, 8) if bench.tiny else (6, 32)
+    batch = 1 if bench.tiny else 2
+    pyramid = [(s // 8, s // 8), (s // 16, s // 16), (s // 32, s // 32)]
+    vit = [(s // 16, s // 16)]
+    # injector: the ViT tokens query the pyramid; extractor: the pyramid's
+    # tokens (all three levels) query the ViT tokens
+    shapes_of = {
+        'injector': (vit[0][0] * vit[0][1], pyramid),
+        'extractor': (sum(h * w for h, w in pyramid), vit),
+    }
+    for name, (num_query, value_grids) in shapes_of.items():
+        case = f'MSDA {name}, {s}x{s} b{batch}'
+        try:
+            inputs = msda_inputs(bench, num_query, value_grids, heads, dims, 4,
+                                 batch)
+            value, shapes, starts, loc, weight = inputs
+            paths = {
+                'PyTorch':
+                lambda: multi_scale_deformable_attn_pytorch(
+                    value, shapes, loc, weight)
+            }
+            if bench.device.type == 'cuda':
+                paths['CUDA'] = lambda: MultiScaleDeformableAttnFunction.apply(
+                    value, shapes, starts, loc, weight, 64)
+            outs, grads, cases = {}, {}, {}
+            for key, fn in paths.items():
+                out = fn()
+                g = torch.autograd.grad(out.square().sum(),
+                                        [value, loc, weight])
+                outs[key], grads[key] = out.detach(), g
+            for key, fn in paths.items():
+                cases[key, 'train'] = (lambda fn=fn: torch.autograd.grad(
+                    fn().sum(), [value, loc, weight]))
+
+                def fwd(fn=fn):
+                    with torch.no_grad():
+                        fn()
+
+                cases[key, 'eval'] = fwd
+            times = bench.fastest(cases)
+            if 'CUDA' not in paths:
+                bench.add(
+                    'msda',
+                    case,
+                    'PyTorch path', f'the CUDA op needs a CUDA device '
+                    f'({bench.device.type} here); fwd+bwd / fwd times',
+                    train=f'{1e3 * times["PyTorch", "train"]:.2f} ms',
+                    eval=f'{1e3 * times["PyTorch", "eval"]:.2f} ms')
+                continue
+            diff = (outs['CUDA'] - outs['PyTorch']).abs().max().item()
+            gdiff = [(a - b).abs().max().item()
+                     for a, b in zip(grads['CUDA'], grads['PyTorch'])]
+            # the largest gradient of each input, to read the differences
+            # against (a sampling location's gradient scales with the size
+            # of the feature map it samples)
+            gmax = [g.abs().max().item() for g in grads['PyTorch']]
+            speedup = {
+                mode: times['PyTorch', mode] / times['CUDA', mode]
+                for mode in ('train', 'eval')
+            }
+            bench.add(
+                'msda',
+                case,
+                'CUDA op',
+                f'max abs diff vs PyTorch path: out {diff:.1e}; grad '
+                f'(of largest) value {gdiff[0]:.1e} ({gmax[0]:.1e}), loc '
+                f'{gdiff[1]:.1e} ({gmax[1]:.1e}), weight {gdiff[2]:.1e} '
+                f'({gmax[2]:.1e}); {msda_low_precision(bench, inputs)}',
+                train=f'{1e3 * times["CUDA", "train"]:.2f} ms',
+                train_x=f'{speedup["train"]:.1f}x faster',
+                eval=f'{1e3 * times["CUDA", "eval"]:.2f} ms',
+                eval_x=f'{speedup["eval"]:.1f}x faster')
+        except Exception as err:  # noqa: BLE001 -- reported in the row
+            bench.failed('msda', case, 'CUDA op', err)
+
+
+def msda_low_precision(bench: Bench, inputs: List) -> str:
+    """Whether the CUDA op runs in half and bfloat16."""
+    from mmcv.ops.multi_scale_deform_attn import \
+        MultiScaleDeformableAttnFunction
+    value, shapes, starts, loc, weight = inputs
+    said = []
+    for dtype in (torch.float16, torch.bfloat16):
+        try:
+            MultiScaleDeformableAttnFunction.apply(value.detach().to(dtype),
+                                                   shapes, starts,
+                                                   loc.detach().to(dtype),
+                                                   weight.detach().to(dtype),
+                                                   64)
+            bench.sync()
+            said.append(f'{str(dtype)[6:]} runs')
+        except RuntimeError as err:
+            said.append(f'{str(dtype)[6:]} fails ({str(err)[:60]})')
+    return ', '.join(said)

@@ -8,48 +8,44 @@ import glob
 import json
 import os
 import os.path as osp
-import subprocess
+import socket
 import sys
 import tempfile
-import time
 from typing import Dict, List
 
-from small_dense import ade_data, coco_data, model_overrides
+from shared import ROOT, TINY_ARCH, join_class, run_tool, write_config
+from small_dense import DENSE_CONFIGS, ade_data, coco_data, model_overrides
 
-from .common import ROOT, TINY_ARCH, Bench, join_class
-from .dense import CONFIGS
+from .common import Bench
 
 #: The join of the dist runs' configs.
 DIST_JOIN = 'LaPE'
+_DEIT = dict(
+    config='configs/deit/deit-tiny{}_4xb256_in1k.py',
+    data='imagenet',
+    metric='accuracy/top1')
 #: One config per family (``{}``: the join's suffix), the generated data
-#: format and the metric. The overrides (:func:`dist_overrides`) shorten the
-#: learning-rate warm-up so that the loss can fall within the run;
-#: Segmenter's SGD gets a larger learning rate for the same reason (it
-#: trains from scratch here).
+#: format and the metric (``deit-flexible``: the DeiT run under mmengine's
+#: FlexibleRunner with DDPStrategy, nccl on a GPU, gloo on the CPU). The
+#: overrides (:func:`dist_overrides`) shorten the learning-rate warm-up so
+#: that the loss can fall within the run; Segmenter's SGD gets a larger
+#: learning rate for the same reason (it trains from scratch here).
 DIST_FAMILIES = {
     'deit':
-    dict(
-        config='configs/deit/deit-tiny{}_4xb256_in1k.py',
-        data='imagenet',
-        metric='accuracy/top1'),
-    # the same run under mmengine's FlexibleRunner with DDPStrategy (nccl
-    # on a GPU, gloo on the CPU)
+    _DEIT,
     'deit-flexible':
     dict(
-        config='configs/deit/deit-tiny{}_4xb256_in1k.py',
-        data='imagenet',
-        metric='accuracy/top1',
+        _DEIT,
         runner=dict(
             runner_type='FlexibleRunner', strategy=dict(type='DDPStrategy'))),
     'mask-rcnn':
     dict(
-        config='configs/' + CONFIGS['mask-rcnn'],
-        data='coco',
+        config=DENSE_CONFIGS['mask-rcnn'], data='coco',
         metric='coco/bbox_mAP'),
     'upernet':
-    dict(config='configs/' + CONFIGS['upernet'], data='ade', metric='mIoU'),
+    dict(config=DENSE_CONFIGS['upernet'], data='ade', metric='mIoU'),
     'segmenter':
-    dict(config='configs/' + CONFIGS['segmenter'], data='ade', metric='mIoU'),
+    dict(config=DENSE_CONFIGS['segmenter'], data='ade', metric='mIoU'),
 }
 
 
@@ -67,7 +63,7 @@ def dist_overrides(family: str,
     """Config entries for a short run of ``family`` on generated data
     (``cpu``: BN instead of SyncBN, which needs GPUs)."""
     workers = dict(num_workers=0 if tiny else 4, persistent_workers=not tiny)
-    log_every = max(1, iters // 10)  # about ten logged losses per run
+    log = dict(logger=dict(interval=max(1, iters // 10)))  # ten a run
     warmup = [
         dict(
             type='LinearLR',
@@ -77,9 +73,10 @@ def dist_overrides(family: str,
             end=max(1, iters // 5))
     ]
     if DIST_FAMILIES[family]['data'] == 'imagenet':
-        batch = 8 if tiny else 64
         loader = dict(
-            batch_size=batch, **workers, dataset=dict(data_root=data_root))
+            batch_size=8 if tiny else 64,
+            **workers,
+            dataset=dict(data_root=data_root))
         over = dict(
             train_dataloader=loader,
             val_dataloader=loader,
@@ -87,14 +84,12 @@ def dist_overrides(family: str,
             train_cfg=dict(max_epochs=iters, val_interval=iters),
             param_scheduler=warmup,
             default_hooks=dict(
-                logger=dict(interval=log_every),
-                checkpoint=dict(interval=iters, max_keep_ckpts=1)))
+                log, checkpoint=dict(interval=iters, max_keep_ckpts=1)))
         if tiny:
             over['model'] = dict(
                 backbone=dict(arch=dict(TINY_ARCH, _delete_=True)),
                 head=dict(in_channels=64))
-        over.update(DIST_FAMILIES[family].get('runner', {}))
-        return over
+        return dict(over, **DIST_FAMILIES[family].get('runner', {}))
     crop = 64 if tiny else 256
     if family == 'mask-rcnn':
         over = dict(
@@ -106,7 +101,7 @@ def dist_overrides(family: str,
             **coco_data(data_root + '/', (crop * 5 // 4, crop), workers),
             train_cfg=dict(max_epochs=1, val_interval=1),
             param_scheduler=warmup,
-            default_hooks=dict(logger=dict(interval=log_every)))
+            default_hooks=log)
         if tiny:
             over['model'].update(model_overrides('mask-rcnn', init_cfg=None))
         if cpu:
@@ -126,18 +121,14 @@ def dist_overrides(family: str,
         model['backbone']['adapter_norm_cfg'] = dict(type='BN')
         for head in ('decode_head', 'auxiliary_head'):
             model.setdefault(head, {})['norm_cfg'] = bn
+    checkpoint = dict(
+        by_epoch=False, interval=iters, save_best=None, max_keep_ckpts=1)
     over = dict(
         model=model,
         **ade_data(data_root, crop, workers),
         train_cfg=dict(max_iters=iters, val_interval=iters),
         param_scheduler=warmup,
-        default_hooks=dict(
-            checkpoint=dict(
-                by_epoch=False,
-                interval=iters,
-                save_best=None,
-                max_keep_ckpts=1),
-            logger=dict(interval=log_every)))
+        default_hooks=dict(log, checkpoint=checkpoint))
     if family == 'segmenter':
         over['optim_wrapper'] = dict(optimizer=dict(lr=0.01))
     return over
@@ -174,11 +165,19 @@ def scalars(work: str) -> List[float]:
     return losses
 
 
+def free_port() -> int:
+    """A TCP port that is free now (for torchrun's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
 def section_dist(bench: Bench) -> None:
     """``tools/dist_train.sh CONFIG 1 --amp`` then ``dist_test.sh``."""
     root = bench.args.work_root or tempfile.mkdtemp(prefix='bench_gpu_')
     iters = 2 if bench.tiny else bench.args.dist_iters
     amp = bench.device.type == 'cuda'
+    tools = osp.join(ROOT, 'tools')
     for family in bench.args.dist_families:
         spec = DIST_FAMILIES[family]
         config_file = dist_config(family)
@@ -190,33 +189,22 @@ def section_dist(bench: Bench) -> None:
             # DeiT: an epoch is one pass over the set, so `iters` epochs of
             # one batch each; the others count iterations.
             generate_dist_data(family, data, bench.tiny, iters)
-            config = osp.join(work, 'config.py')
             over = dist_overrides(family, data, bench.tiny, iters, not amp)
             over['randomness'] = dict(seed=0)  # a reproducible run
-            with open(config, 'w') as f:
-                f.write(f'_base_ = {osp.join(ROOT, config_file)!r}\n')
-                for key, value in over.items():
-                    f.write(f'{key} = {value!r}\n')
-            env = dict(
-                os.environ,
-                PYTHON=sys.executable,
-                PORT=str(free_port()),
-                PYTHONUNBUFFERED='1')
-            if bench.args.threads:
-                env['OMP_NUM_THREADS'] = str(bench.args.threads)
-            args = ['--work-dir', work] + (['--amp'] if amp else [])
-            start = time.perf_counter()
-            run([osp.join(ROOT, 'tools', 'dist_train.sh'), config, '1'] + args,
-                env, osp.join(work, 'train.log'))
-            train_s = time.perf_counter() - start
+            config = write_config(
+                osp.join(work, 'config.py'), config_file, over)
+            env = dict(PYTHON=sys.executable, PORT=str(free_port()))
+            train_s = run_tool([
+                osp.join(tools, 'dist_train.sh'), config, '1', '--work-dir',
+                work
+            ] + ['--amp'] * amp, osp.join(work, 'train.log'),
+                               bench.args.threads, **env)
             with open(osp.join(work, 'last_checkpoint')) as f:
                 ckpt = f.read().strip()
-            start = time.perf_counter()
-            run([
-                osp.join(ROOT, 'tools', 'dist_test.sh'), config, ckpt, '1',
+            test_s = run_tool([
+                osp.join(tools, 'dist_test.sh'), config, ckpt, '1',
                 '--work-dir', work
-            ], env, osp.join(work, 'test.log'))
-            test_s = time.perf_counter() - start
+            ], osp.join(work, 'test.log'), bench.args.threads, **env)
             with open(osp.join(work, 'test_metrics.json')) as f:
                 metrics = json.load(f)
             losses = scalars(work)
@@ -233,29 +221,9 @@ def section_dist(bench: Bench) -> None:
             bench.add(
                 'dist',
                 case,
-                DIST_JOIN,
+                DIST_JOIN, f'{"--amp" if amp else "no --amp (CPU)"}; {trend}; '
+                f'logs in {work}',
                 train=f'{len(losses)} logged, {train_s:.0f} s',
-                eval_=f'{spec["metric"]} {metric}, {test_s:.0f} s',
-                note=f'{"--amp" if amp else "no --amp (CPU)"}; {trend}; '
-                f'logs in {work}')
+                eval=f'{spec["metric"]} {metric}, {test_s:.0f} s')
         except Exception as err:  # noqa: BLE001 -- reported in the row
             bench.failed('dist', case, DIST_JOIN, err)
-
-
-def free_port() -> int:
-    """A TCP port that is free now (for torchrun's rendezvous)."""
-    import socket
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
-def run(cmd: List[str], env: Dict, log: str) -> None:
-    with open(log, 'w') as f:
-        out = subprocess.run(
-            cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
-    if out.returncode:
-        with open(log) as f:
-            tail = f.read()[-600:]
-        raise RuntimeError(f'{osp.basename(cmd[0])} exited with '
-                           f'{out.returncode} (log {log}): ...{tail}')
