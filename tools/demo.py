@@ -3,23 +3,22 @@
 1. Generates a position-sensitive image set in the ImageNet folder layout
    (``mmlape.datasets.pos_shapes``: the class is the quadrant a square is
    in; a disk is a distractor).
-2. Trains a small DeiT with the default join, LaPE and MPVG through
-   ``tools/train.py`` and evaluates each with ``tools/test.py``.
+2. Compares the default join, LaPE and MPVG on a small DeiT with
+   ``tools/analysis/compare.py`` (each trained with ``tools/train.py`` and
+   evaluated with ``tools/test.py``, one seed; its report beside them).
 3. Prints a table (top-1, parameters, time per iteration) and writes a
    figure of the PE each layer receives (cosine similarity of the centre
    patch to all others).
+
+Run again with the same options, it reads the finished runs instead of
+training them again (compare's resume).
 
 Example:
     python tools/demo.py                      # about 5 minutes on 2 cores
     python tools/demo.py --iters 100 --num-train 400   # a quick look
 """
 import argparse
-import glob
-import json
-import os
 import os.path as osp
-import re
-import subprocess
 import sys
 import time
 
@@ -28,12 +27,9 @@ sys.path.insert(0, ROOT)
 
 from tools.common import int_at_least  # noqa: E402
 
-JOINS = {
-    'default': 'configs/demo/deit-demo_pos-shapes.py',
-    'lape': 'configs/demo/deit-demo-lape_pos-shapes.py',
-    'mpvg': 'configs/demo/deit-demo-mpvg_pos-shapes.py',
-}
-PROGRESS = re.compile(r'Iter\((train|val|test)\)\s*\[\s*(\d+)/(\d+)\].*')
+#: The demo's config; the joins are its variants (compare's ``--pe-join``).
+CONFIG = 'configs/demo/deit-demo_pos-shapes.py'
+JOINS = ('default', 'lape', 'mpvg')
 
 
 def iteration_options(iters: int) -> list:
@@ -58,7 +54,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument(
-        '--joins', nargs='+', default=list(JOINS), choices=list(JOINS))
+        '--joins', nargs='+', default=list(JOINS), choices=JOINS)
     parser.add_argument(
         '--iters',
         type=iterations,
@@ -70,73 +66,16 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def run(cmd, tag):
-    """Run a tool, echo its progress lines, return its output."""
-    env = dict(os.environ, PYTHONUNBUFFERED='1')
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        m = PROGRESS.search(line)
-        if m:
-            loss = re.search(r'loss: ([\d.]+)', line)
-            secs = re.search(r' time: ([\d.]+)', line)
-            extra = ''
-            if loss:
-                extra += f' loss {float(loss.group(1)):.3f}'
-            if secs:
-                extra += f' {float(secs.group(1)):.3f} s/iter'
-            print(
-                f'  [{tag}] {m.group(1)} {m.group(2)}/{m.group(3)}{extra}',
-                flush=True)
-    if proc.wait():
-        sys.stdout.write(''.join(lines[-40:]))
-        raise SystemExit(f'{tag}: {" ".join(cmd[:3])} failed')
-    return ''.join(lines)
-
-
-def seconds_per_iter(work_dir):
-    """Wall-clock seconds per training iteration, from the timestamps of
-    the first and last logged iteration of the run's text log."""
-    stamp = re.compile(r'^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d).*'
-                       r'Iter\(train\) \[\s*(\d+)/\d+\]')
-    points = []
-    for path in glob.glob(osp.join(work_dir, '*', '*.log')):
-        with open(path) as f:
-            for line in f:
-                m = stamp.match(line)
-                if m:
-                    t = time.mktime(
-                        time.strptime(m.group(1), '%Y/%m/%d %H:%M:%S'))
-                    points.append((int(m.group(2)), t))
-    if len(points) < 2:
-        return float('nan')
-    (i0, t0), (i1, t1) = points[0], points[-1]
-    return (t1 - t0) / max(1, i1 - i0)
-
-
-def load_model(config, checkpoint):
-    from mmengine.runner import load_checkpoint
-
-    from mmlape.analysis import build_from_config
-    model, _ = build_from_config(osp.join(ROOT, config))
-    load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
-    return model.eval()
-
-
 def main(argv=None):
     import warnings
     warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
     args = parse_args(argv)
+    from mmengine.config import Config
+
     import mmlape.hosts
     from mmlape.analysis import plot_similarity_grid, token_similarity_maps
     from mmlape.datasets import generate_pos_shapes
+    from tools.analysis import compare, resolution_sweep
     mmlape.hosts.apply()
 
     start = time.time()
@@ -151,36 +90,29 @@ def main(argv=None):
     options = [
         f'{split}_dataloader.dataset.data_root={data_root}'
         for split in ('train', 'val', 'test')
-    ] + [f'randomness.seed={args.seed}']
+    ]
     if args.iters:
         options += iteration_options(args.iters)
+    sweep, results, _ = compare.run_comparison(
+        compare.parse_args([
+            osp.join(ROOT, CONFIG), '--pe-join', *args.joins, '--first-seed',
+            str(args.seed), '--work-dir', work_dir, '--cfg-options', *options
+        ]))
     rows, maps = [], {}
     for join in args.joins:
-        config = JOINS[join]
-        jdir = osp.join(work_dir, join)
-        print(f'== {join}: training {config}', flush=True)
-        t0 = time.time()
-        run([
-            sys.executable, 'tools/train.py', config, '--work-dir', jdir,
-            '--cfg-options'
-        ] + options, join)
-        train_secs = time.time() - t0
-        with open(osp.join(jdir, 'last_checkpoint')) as f:
-            ckpt = f.read().strip()
-        print(f'== {join}: testing {osp.basename(ckpt)}', flush=True)
-        run([
-            sys.executable, 'tools/test.py', config, ckpt, '--work-dir',
-            osp.join(jdir, 'test'), '--cfg-options'
-        ] + options, join)
-        with open(osp.join(jdir, 'test', 'test_metrics.json')) as f:
-            top1 = json.load(f)['accuracy/top1']
-        model = load_model(config, ckpt)
-        params = sum(p.numel() for p in model.parameters())
-        result = token_similarity_maps(model.backbone)
-        maps[join] = result['maps']
-        rows.append((join, top1, params, seconds_per_iter(jdir), train_secs))
-    hw = result['hw']
-    token = result['token']
+        result = results.get((join, args.seed), {})
+        if result.get('status') != 'done':
+            raise SystemExit(f'{join}: {result.get("step")} failed: '
+                             f'{result.get("error")}')
+        model = resolution_sweep.load_model(
+            Config.fromfile(result['config']), result['checkpoint'])
+        similarity = token_similarity_maps(model.backbone)
+        maps[join] = similarity['maps']
+        rows.append(
+            (join, result['metrics']['accuracy/top1'], result['params'],
+             result['seconds_per_iter'], result['train_seconds']))
+    hw = similarity['hw']
+    token = similarity['token']
     figure = osp.join(work_dir, 'pe_similarity.png')
     plot_similarity_grid(
         maps,
@@ -194,7 +126,8 @@ def main(argv=None):
     for join, top1, params, per_iter, secs in rows:
         print(f'| {join} | {top1:.2f} | {params:,} | {per_iter:.3f} | '
               f'{secs:.0f} |')
-    print(f'\nchance is 25%; PE similarity figure: {figure}')
+    print(f'\nchance is 25%; PE similarity figure: {figure}; the '
+          f'comparison\'s report: {osp.join(work_dir, "report.md")}')
     print(f'demo finished in {time.time() - start:.0f} s')
     return 0
 

@@ -194,7 +194,7 @@ def sized_pipeline(pipeline: Sequence[dict],
 
 # ----------------------------------------------------------------------
 # evaluating
-def _native(cfg) -> int:
+def native_size(cfg) -> int:
     """The backbone's training size (its ``img_size``)."""
     native = cfg.model.backbone.get('img_size', 224)
     return native[0] if isinstance(native, (list, tuple)) else native
@@ -226,7 +226,7 @@ def checked_config(config: str,
     use_checked_image_loading(cfg, ('test', ))
     if antialias:
         cfg.model.backbone.interpolate_antialias = True
-    sized_pipeline(loader.dataset.pipeline, _native(cfg), _native(cfg),
+    sized_pipeline(loader.dataset.pipeline, native_size(cfg), native_size(cfg),
                    crop_ratio)  # raises if crop_ratio does not fit
     return cfg
 
@@ -260,7 +260,7 @@ def evaluate(model,
     importlib.import_module(f'{scope}.utils').register_all_modules(False)
     loader_cfg = copy.deepcopy(cfg.test_dataloader)
     loader_cfg.dataset.pipeline = sized_pipeline(loader_cfg.dataset.pipeline,
-                                                 size, _native(cfg),
+                                                 size, native_size(cfg),
                                                  crop_ratio)
     with DefaultScope.overwrite_default_scope(scope):
         loader = Runner.build_dataloader(loader_cfg)
@@ -294,7 +294,7 @@ def sweep(pairs: Sequence[Tuple[str, str]],
         row = {
             'config': config,
             'checkpoint': checkpoint,
-            'train size': _native(cfg)
+            'train size': native_size(cfg)
         }
         for size in sizes:
             try:
@@ -356,16 +356,23 @@ def plot(rows: List[Dict],
          labels: Sequence[str],
          sizes: Sequence[int],
          path: str,
-         title: Optional[str] = None) -> str:
-    """Top-1 against input size, one line per checkpoint, the training
-    sizes dashed."""
+         title: Optional[str] = None,
+         spread: Optional[Sequence[Dict]] = None) -> str:
+    """Top-1 against input size, one line per checkpoint (or per mean of
+    several), the training sizes dashed; ``spread`` (a ``{size: std}`` per
+    row) shades each line's ± std."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    import numpy as np
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    for label, row in zip(labels, rows):
-        ys = [math.nan if row[s] is None else row[s] for s in sizes]
-        ax.plot(sizes, ys, marker='o', label=label)
+    for i, (label, row) in enumerate(zip(labels, rows)):
+        ys = np.array([math.nan if row[s] is None else row[s] for s in sizes])
+        line, = ax.plot(sizes, ys, marker='o', label=label)
+        if spread is not None:
+            std = np.nan_to_num([spread[i][s] for s in sizes])
+            ax.fill_between(
+                sizes, ys - std, ys + std, color=line.get_color(), alpha=0.2)
     for native in sorted({row['train size'] for row in rows}):
         ax.axvline(native, color='0.6', linestyle='--', linewidth=1)
     ax.set_xticks(list(sizes))
