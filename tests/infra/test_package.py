@@ -527,8 +527,9 @@ def test_test_modules_do_not_redefine_the_shared_helpers():
 
 
 def test_ci_runs_the_infrastructure_tests(request):
-    """Every pytest run of ``make test`` (what CI runs) selects the tests
-    marked ``infra`` (the main run the slow ones too), and every test under
+    """The whole-suite run of ``make test`` (what CI runs) selects the tests
+    marked ``infra`` and the slow ones, the compat run the quick tests of
+    the Makefile's ``COMPAT_TESTS``, and every test under
     tests/infra/ carries the marker, registered in setup.cfg; ``make
     test-fast`` leaves them out."""
     import configparser
@@ -550,21 +551,30 @@ def test_ci_runs_the_infrastructure_tests(request):
                 continue
             args = shlex.split(line)
             args = args[args.index('pytest') + 1:]
-            # no path narrows the run below setup.cfg's testpaths
             paths = [
                 a for i, a in enumerate(args)
                 if not a.startswith('-') and args[i - 1] not in ('-m', '-p')
             ]
-            assert not paths, line
             expr = args[args.index('-m') + 1] if '-m' in args else ''
-            found.append(
-                lambda marks, expr=expr: not expr or Expression.compile(
-                    expr).evaluate(lambda name, **kw: name in marks))
+
+            def select(marks, expr=expr):
+                return not expr or Expression.compile(expr).evaluate(
+                    lambda name, **kw: name in marks)
+
+            found.append((paths, select))
         return found
 
-    ci = selections('test')
-    assert len(ci) == 2, ci  # the suite, then the compat run
-    assert all(select({'infra'}) for select in ci)
-    assert ci[0]({'infra', 'slow'})
-    fast, = selections('test-fast')
+    # the suite, then the compat run on the second torch
+    (paths, suite), (compat_paths, compat) = selections('test')
+    # no path narrows the suite below setup.cfg's testpaths
+    assert not paths
+    assert suite({'infra'}) and suite({'infra', 'slow'})
+    # the compat run takes the quick tests of what torch's version can
+    # change (the Makefile's COMPAT_TESTS), every one of them a real path
+    assert compat(set()) and not compat({'slow'})
+    assert 'tests/models' in compat_paths, compat_paths
+    for path in compat_paths:
+        assert osp.exists(osp.join(ROOT, path)), path
+    (paths, fast), = selections('test-fast')
+    assert not paths
     assert not fast({'infra'}) and fast(set())
