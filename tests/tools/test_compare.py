@@ -382,9 +382,15 @@ def test_a_sweep_killed_resumed_and_reported(pos_shapes_data, tmp_path, capsys,
         assert ci == 'n/a' or ci.startswith('[')
     assert '| variant | seeds | mean ± std | Δ vs default_learnable |' in text
     assert '- lape_rope_mixed: LaPE does not take' in text
-    with open(work / 'report.csv') as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 3 * 3
+    # a csv table per metric, a row per variant
+    assert sorted(p.name for p in work.glob('*.csv')) == [
+        'report_accuracy-top1.csv', 'report_top-1_at_24x24.csv',
+        'report_top-1_at_32x32.csv'
+    ]
+    for name in ('report_top-1_at_24x24.csv', 'report_accuracy-top1.csv'):
+        with open(work / name) as f:
+            rows = list(csv.DictReader(f))
+        assert [r['variant'] for r in rows] == list(table)
     row = rows[2]  # accuracy/top1 of lape_learnable: its own statistics
     values = [float(v) for v in row['values'].split(';')]
     base = [float(v) for v in rows[0]['values'].split(';')]

@@ -12,7 +12,8 @@ trained (``tools/train.py``), tested (``tools/test.py``) and evaluated at
 ``--resolutions`` (``tools/analysis/resolution_sweep.py``) once per seed,
 in ``{work_dir}/{variant}/seed{k}`` with a ``result.json``; here, one
 per GPU of a node, or as Slurm jobs through submitit. The same command
-resumes. ``report.md``, ``report.csv``, ``compare.png``: docs/compare.md.
+resumes. ``report.md``, ``report_{metric}.csv``, ``compare.png``:
+docs/compare.md.
 
 Example:
     python tools/analysis/compare.py configs/deit/deit-small_4xb256_in1k.py \\
@@ -743,33 +744,47 @@ def markdown(sweep: dict, rows: List[dict], results: Dict) -> str:
     return '\n'.join(out) + '\n'
 
 
-def write_csv(rows: List[dict], path: str) -> None:
-    """``report.csv``: one row per metric and variant (``values``: the
-    per-seed values, ``;``-separated; empty: not defined)."""
-    head = ('metric', 'variant', 'join', 'pe_type', 'seeds', 'failed',
-            'missing', 'mean', 'std', 'diff', 'low', 'high', 'params',
-            'images_per_s', 'values')
-    with open(path, 'w', newline='') as f:
-        writer = csv.DictWriter(f, head, extrasaction='ignore')
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({
-                k: '' if isinstance(v, float) and v != v else v
-                for k, v in r.items()
-            } | dict(
-                seeds=len(r['values']),
-                values=';'.join(f'{x:g}' for x in r['values'])))
+def csv_name(metric: str) -> str:
+    """The file of ``metric``'s csv table (``accuracy/top1``:
+    ``report_accuracy-top1.csv``, ``top-1 at 24x24``:
+    ``report_top-1_at_24x24.csv``)."""
+    return 'report_' + re.sub(r'[^\w.-]+', '_', metric.replace('/', '-')) \
+        + '.csv'
+
+
+def write_csv(rows: List[dict], work_dir: str) -> List[str]:
+    """One csv table per metric (:func:`csv_name`), one row per variant
+    (``values``: the per-seed values, ``;``-separated; empty: not
+    defined); returns the files' names."""
+    head = ('variant', 'join', 'pe_type', 'seeds', 'failed', 'missing', 'mean',
+            'std', 'diff', 'low', 'high', 'params', 'images_per_s', 'values')
+    names = []
+    for metric in dict.fromkeys(r['metric'] for r in rows):
+        names.append(csv_name(metric))
+        with open(osp.join(work_dir, names[-1]), 'w', newline='') as f:
+            writer = csv.DictWriter(f, head, extrasaction='ignore')
+            writer.writeheader()
+            for r in rows:
+                if r['metric'] != metric:
+                    continue
+                writer.writerow({
+                    k: '' if isinstance(v, float) and v != v else v
+                    for k, v in r.items()
+                } | dict(
+                    seeds=len(r['values']),
+                    values=';'.join(f'{x:g}' for x in r['values'])))
+    return names
 
 
 def report(sweep: dict, results: Dict, work_dir: str) -> str:
-    """Write ``report.md``, ``report.csv`` and (with sizes) ``compare.png``
-    (top-1 against size, mean ± std shaded) into ``work_dir``; returns the
-    markdown."""
+    """Write ``report.md``, a csv table per metric and (with sizes)
+    ``compare.png`` (top-1 against size, mean ± std shaded) into
+    ``work_dir``; returns the markdown."""
     rows = summarize(sweep, results)
     text = markdown(sweep, rows, results)
     with open(osp.join(work_dir, 'report.md'), 'w') as f:
         f.write(text)
-    write_csv(rows, osp.join(work_dir, 'report.csv'))
+    write_csv(rows, work_dir)
     sizes = sweep['resolutions']
     if sizes:
         from tools.analysis.resolution_sweep import plot
@@ -888,7 +903,7 @@ def main(argv=None) -> int:
         return 130
     figure = ' and compare.png' if sweep['resolutions'] else ''
     print(f'\n{text}\nwrote {osp.join(args.work_dir, "report.md")}, '
-          f'report.csv{figure}')
+          f'report_*.csv (one per metric){figure}')
     return int(any(r.get('status') != 'done' for r in results.values()))
 
 
