@@ -53,10 +53,10 @@ test: install-dev lint docs
 # On the CUDA 12 torch pair, in its own virtual environment with its own
 # mmcv build (made on the first run, in seconds afterwards): the quick tests
 # of what torch's version can change (the models, their checkpoints and
-# safe loading, the engine's parts); the tools and configs above them call
+# safe loading, the run wing's parts); the tools and configs above them call
 # the same code.
-COMPAT_TESTS ?= tests/models tests/engine tests/utils \
-	tests/apis/test_safe_load.py tests/apis/test_checkpoint_safety.py
+COMPAT_TESTS ?= tests/models tests/hosts tests/utils \
+	tests/apis/test_checkpoint_safety.py
 test-compat:
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	TORCH_PAIR=$(COMPAT_PAIR) PYTHON=$(COMPAT_VENV)/bin/python bash scripts/install.sh --tests

@@ -55,7 +55,7 @@ from shared import (ROOT, TINY_ARCH, error_text, fastest, parser,
 from small_dense import DENSE_CONFIGS, ade_data, coco_data, model_overrides
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from mmlape.engine.loader_workers import apply_auto_num_workers
+from mmlape.hosts.loader_workers import apply_auto_num_workers
 
 _DEIT = 'configs/deit/deit-{}-lape_4xb256_in1k.py'
 _SWIN_TINY = dict(backbone=dict(arch='test-tiny'), head=dict(in_channels=128))
@@ -432,7 +432,7 @@ def measure_model(cfg,
     ``profile_steps`` more profiled (the table to ``profile_path``)."""
     model, batch, device, sync = prepare(cfg, batch, 'train_dataloader')
     if compile_:
-        from mmlape.engine.compile import compile_targets
+        from mmlape.hosts.compile import compile_targets
         for module in compile_targets(model, 'auto', cfg.default_scope)[0]:
             module.compile()
     optim_cfg = copy.deepcopy(cfg.optim_wrapper)
@@ -1197,7 +1197,7 @@ def gathered_bytes():
     pickled as mmengine pickles it."""
     sent = [0]
     with contextlib.ExitStack() as stack:
-        for name in ('mmengine.evaluator.metric', 'mmlape.engine.cls_metric'):
+        for name in ('mmengine.evaluator.metric', 'mmlape.hosts.cls_metric'):
             module = importlib.import_module(name)
 
             def counting(results,
@@ -1355,7 +1355,7 @@ def measure_labels(name: str, args) -> List[Dict]:
 def measure_optimizer(name: str, args) -> List[Dict]:
     """One step of the config's optimizer on the config's whole model, its
     parameters grouped both ways, from the same gradients."""
-    from mmlape.engine.runner_setup import fit_fused_optimizer
+    from mmlape.hosts.runner_setup import fit_fused_optimizer
     model, cfg, device = build_classifier(name, args, whole=True)
     fit_fused_optimizer(cfg, device.type)
     gen = torch.Generator().manual_seed(0)
@@ -1471,7 +1471,7 @@ def measure_ema(name: str, args) -> List[Dict]:
     copies the model), mmengine's and the config's, on the whole model."""
     from mmengine.model import ExponentialMovingAverage
 
-    from mmlape.engine.ema import LaPEExponentialMovingAverage
+    from mmlape.hosts.ema import LaPEExponentialMovingAverage
     model, cfg, device = build_classifier(name, args, whole=True)
     (hook, ) = [h for h in cfg.custom_hooks if h.type == 'EMAHook']
     assert hook.get('ema_type') == AVERAGES[1], \

@@ -5,7 +5,7 @@ configs can name them (:mod:`mmlape.registry`), and does nothing else: it
 adjusts no host library (:mod:`mmlape.hosts`) and imports no host task
 library.
 """
-from . import engine, models  # noqa: F401  (registers them)
+from . import hosts, models  # noqa: F401  (registers them)
 from .version import __version__, version_info
 
 __all__ = ['__version__', 'version_info']

@@ -74,7 +74,7 @@ MODELS = _ScopeRegistry(
 #: host scope, so that configs inheriting ``mmlape::`` bases build.
 #: ``_LOCATIONS``: where the registries holding mmlape's classes find them.
 _LOCATIONS = {
-    'hook': ['mmlape.engine.hooks', 'mmlape.hosts.mmcv_ops'],
+    'hook': ['mmlape.hosts.hooks', 'mmlape.hosts.mmcv_ops'],
     'transform': ['mmlape.datasets.transforms'],
 }
 SCOPE_REGISTRIES = {'model': MODELS}

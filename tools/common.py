@@ -151,7 +151,7 @@ def _input_message(err: BaseException, caught) -> Optional[str]:
             return ' '.join(str(err.args[0]).split())
         return one_line(err)
     if isinstance(err, OSError) and _WORK_DIR is not None:
-        from mmlape.utils.work_dir import work_dir_error
+        from mmlape.hosts.work_dir import work_dir_error
         found = work_dir_error(err, _WORK_DIR)
         return one_line(found) if found is not None else None
     return None
@@ -160,7 +160,7 @@ def _input_message(err: BaseException, caught) -> Optional[str]:
 def _release_work_dir() -> None:
     """Release this process's lock of the work dir (a tool run in process,
     as the tests do, may be followed by another run there)."""
-    from mmlape.utils.work_dir import release_work_dir_locks
+    from mmlape.hosts.work_dir import release_work_dir_locks
     release_work_dir_locks()
 
 
@@ -188,7 +188,7 @@ def load_config(path, cfg_options, launcher, work_dir, compile=None):
     from mmengine.config import Config
 
     from mmlape.apis import merge_cfg_options
-    from mmlape.engine.speedups import apply_speedups
+    from mmlape.hosts.speedups import apply_speedups
     if not osp.isfile(path):
         raise UsageError(f'config file "{path}" does not exist')
     try:
@@ -281,7 +281,7 @@ def setup_runner(cfg, phases):
     run holds it), the data and its labels, set the loader workers, prepare
     CPU distributed runs, ``FlexibleRunner`` strategies, compiling and the
     optimizer, and build the runner, whose log files are watched
-    (:class:`~mmlape.engine.hooks.WorkDirGuardHook`); a run on the CPU and
+    (:class:`~mmlape.hosts.hooks.WorkDirGuardHook`); a run on the CPU and
     the workers it starts are said once in its log."""
     global _WORK_DIR, _STOPPED
     from mmengine.device import get_device
@@ -295,12 +295,12 @@ def setup_runner(cfg, phases):
                                         use_checked_image_loading)
     from mmlape.datasets.labels import (check_dataset_labels,
                                         use_checked_label_maps)
-    from mmlape.engine.compile import use_compile_hook
-    from mmlape.engine.hooks import WorkDirGuardHook
-    from mmlape.engine.loader_workers import apply_auto_num_workers
-    from mmlape.engine.runner_setup import (check_flexible_runner,
-                                            fit_fused_optimizer)
-    from mmlape.utils.work_dir import (check_work_dir, lock_work_dir,
+    from mmlape.hosts.compile import use_compile_hook
+    from mmlape.hosts.hooks import WorkDirGuardHook
+    from mmlape.hosts.loader_workers import apply_auto_num_workers
+    from mmlape.hosts.runner_setup import (check_flexible_runner,
+                                           fit_fused_optimizer)
+    from mmlape.hosts.work_dir import (check_work_dir, lock_work_dir,
                                        work_dir_error)
     hosts.apply()
     allowed = check_device()
@@ -342,7 +342,7 @@ def setup_runner(cfg, phases):
     for note in notes:
         runner.logger.info(note)
     if 'train' in phases:
-        from mmlape.engine.batch_recipe import describe_batch
+        from mmlape.hosts.batch_recipe import describe_batch
         batch, warning = describe_batch(cfg, runner.world_size)
         runner.logger.info(batch)
         if warning:
@@ -563,7 +563,7 @@ def save_checkpoint_file(ckpt: dict, dst: str) -> None:
 
     import torch
 
-    from mmlape.engine.hooks import atomic_write
+    from mmlape.hosts.hooks import atomic_write
     from mmlape.utils.safetensors_file import safetensors_bytes
     if dst.endswith('.safetensors'):
         atomic_write(dst, safetensors_bytes(ckpt))

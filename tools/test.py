@@ -213,7 +213,7 @@ def main(argv=None):
         runner = setup_runner(cfg, ('test', ))
         if args.amp:
             predict_in_float32(runner)
-        from mmlape.engine.runner_setup import when_model_built
+        from mmlape.hosts.runner_setup import when_model_built
         when_model_built(runner, check_test_checkpoint, args.checkpoint, cfg)
     with fail(running=True):
         metrics = runner.test()

@@ -112,7 +112,7 @@ def main(argv=None):
         phases = ('train', ) if args.no_validate else ('train', 'val')
         runner = setup_runner(cfg, phases)
         from mmlape.apis import note_finetune_sources
-        from mmlape.engine.runner_setup import when_model_built
+        from mmlape.hosts.runner_setup import when_model_built
         if cfg.resume and cfg.load_from:
             when_model_built(runner, check_resume, cfg.load_from, cfg, runner)
         elif cfg.load_from:

@@ -25,8 +25,8 @@ sys.path.insert(0, ROOT)  # tools.common
 import mmlape  # noqa: F401
 from mmlape.apis import find_resume_checkpoint, is_complete_checkpoint
 from mmlape.datasets import generate_pos_shapes
-from mmlape.engine.hooks import (PARTIAL_PREFIX, AtomicCheckpointHook,
-                                 AtomicLocalBackend)
+from mmlape.hosts.hooks import (PARTIAL_PREFIX, AtomicCheckpointHook,
+                                AtomicLocalBackend)
 from mmlape.models.checkpoint.recorded import model_differences, recorded_model
 from mmlape.utils.errors import CheckpointError
 from mmlape.utils.safe_load import safe_torch_load

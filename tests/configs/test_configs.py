@@ -82,7 +82,7 @@ def test_config_builds(path):
     if '/vit_adapter/' in path:  # MPVG's last-norm term, reading (b)
         assert backbone.final_norm == (join_of(path) == 'MPVG')
     assert 'mmlape' in cfg.custom_imports['imports']
-    # the recipe's global batch (tests/engine/test_batch_recipe.py)
+    # the recipe's global batch (tests/hosts/test_batch_recipe.py)
     assert (cfg.get('auto_scale_lr') or {}).get('base_batch_size'), path
     init = cfg.model.backbone.get('init_cfg')
     if init:  # fine-tuned from the ImageNet checkpoint of the same join

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, config_joins
 from mmengine.config import Config
 
-from mmlape.engine.loader_workers import apply_auto_num_workers
+from mmlape.hosts.loader_workers import apply_auto_num_workers
 
 CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '*', '*.py'))
@@ -63,7 +63,7 @@ def test_gpu_config_loaders(path):
         collate = cfg[name].get('collate_fn', dict(type='pseudo_collate'))
         assert collate == dict(type=want), name
     # one label an image: the batch's targets in one go, and the pinned
-    # batch copied without waiting (tests/engine/test_cls_preprocessor.py)
+    # batch copied without waiting (tests/hosts/test_cls_preprocessor.py)
     if family != 'dense':
         assert cfg.data_preprocessor.type == 'LaPEClsDataPreprocessor'
         assert cfg.data_preprocessor.non_blocking is True
@@ -71,7 +71,7 @@ def test_gpu_config_loaders(path):
         # scripts (mmseg's configs have it too; mmdet's sizes vary)
         assert cfg.env_cfg.cudnn_benchmark is True
         # a batch's results copied to the host in one go, with the
-        # family's top-k (tests/engine/test_cls_metric.py)
+        # family's top-k (tests/hosts/test_cls_metric.py)
         topk = (1, ) if family == 'cifar' else (1, 5)
         for name in ('val_evaluator', 'test_evaluator'):
             assert cfg[name].type == 'LaPEAccuracy', name
@@ -84,7 +84,7 @@ def test_gpu_config_loaders(path):
                 cfg.train_dataloader.batch_size * 3 // 2 == 384
             assert cfg.test_dataloader.batch_size == 384
         # T2T-ViT's model average: one multi-tensor update
-        # (tests/engine/test_ema.py), mmpretrain's momentum and priority
+        # (tests/hosts/test_ema.py), mmpretrain's momentum and priority
         hooks = [h for h in cfg.get('custom_hooks', []) if 'EMA' in h.type]
         if name.startswith('t2t-vit-7') and 'cifar' not in name:
             assert hooks == [
@@ -97,7 +97,7 @@ def test_gpu_config_loaders(path):
         else:
             assert hooks == []
     # mmengine's runtime info hook: the lazy one is opt-in
-    # (speedups.lazy_log, tests/engine/test_speedups.py)
+    # (speedups.lazy_log, tests/hosts/test_speedups.py)
     assert cfg.default_hooks.get('runtime_info', {}).get(
         'type', 'RuntimeInfoHook') == 'RuntimeInfoHook'
     # a crowded node gets the floor, a node with many CPUs the ceiling

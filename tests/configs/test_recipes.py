@@ -549,7 +549,7 @@ def test_deit_schedule_is_the_official_one_epoch_by_epoch():
 
 
 def test_deit_scheduler_validates_its_options():
-    from mmlape.engine import LaPEDeiTCosineLR
+    from mmlape.hosts import LaPEDeiTCosineLR
     optim = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.)
     with pytest.raises(ValueError, match='warmup_epochs=300 must be below'):
         LaPEDeiTCosineLR(optim, warmup_epochs=300, cosine_epochs=300)
@@ -639,7 +639,7 @@ def test_clipped_norms_are_clipped_and_logged_as_mmengines():
     """Every config that clips its gradients by norm (Swin's recipe, at 5)
     builds an optimizer wrapper that clips and logs the norm as mmengine's
     does (the opt-in ``LazyRuntimeInfoHook`` rebinds it to keep the norm on
-    the device, tests/engine/test_lazy_log.py); the layer-decay
+    the device, tests/hosts/test_lazy_log.py); the layer-decay
     constructor's wrapper as well."""
     from mmengine.optim import OptimWrapper
     clipping = [
@@ -662,7 +662,7 @@ def test_clipped_norms_are_clipped_and_logged_as_mmengines():
                 wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
         assert isinstance(wrapper, OptimWrapper), path
         # mmengine's clipping (the lazy logging of its norm comes with the
-        # opt-in LazyRuntimeInfoHook, tests/engine/test_lazy_log.py)
+        # opt-in LazyRuntimeInfoHook, tests/hosts/test_lazy_log.py)
         assert wrapper.clip_func is torch.nn.utils.clip_grad_norm_, path
         params = [
             p for g in wrapper.optimizer.param_groups for p in g['params']
@@ -678,7 +678,7 @@ def test_clipped_norms_are_clipped_and_logged_as_mmengines():
 
 
 def test_fused_flag_is_dropped_where_torch_has_no_kernel():
-    from mmlape.engine.runner_setup import fit_fused_optimizer
+    from mmlape.hosts.runner_setup import fit_fused_optimizer
     cfg = Config(
         dict(optim_wrapper=dict(optimizer=dict(type='AdamW', fused=True))))
     assert fit_fused_optimizer(cfg, 'cuda') is None
@@ -712,7 +712,7 @@ def _per_parameter_twin(path, model, cfg=None):
     'vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py'
 ])
 def test_parameters_with_equal_options_share_one_group(config, monkeypatch):
-    from mmlape.engine import param_groups
+    from mmlape.hosts import param_groups
     said = []
     monkeypatch.setattr(param_groups, 'print_log',
                         lambda msg, **kwargs: said.append(msg))

@@ -62,8 +62,10 @@ VIOLATIONS = [
     ]),
     ('mmlape/models/layers/block.py', 'mmdet.models',
      ['Models, registry and utils import no host task library BROKEN']),
-    ('mmlape/engine/hooks.py', 'tools.common',
+    ('mmlape/hosts/hooks.py', 'tools.common',
      ['The tools sit on the package, never under it BROKEN']),
+    ('mmlape/models/layers/pe_add.py', 'mmlape.hosts.speedups',
+     ['The method wing never imports the run wing BROKEN']),
 ]
 
 
@@ -83,6 +85,24 @@ def test_the_contract_catches_function_local_imports(path, target, broken,
     assert out.returncode != 0
     for line in broken:
         assert line in out.stdout, (line, out.stdout[-3000:])
+
+
+def test_the_run_wing_is_one_package_its_tests_mirror_it():
+    """Every part that changes how mmengine or a host runs lives in
+    mmlape/hosts (no engine package beside it, the work-dir lock and the
+    strategies in it), and each test file of tests/hosts is named after a
+    module of the wing."""
+    import glob
+    wing = osp.join(ROOT, 'mmlape', 'hosts')
+    assert not osp.exists(osp.join(ROOT, 'mmlape', 'engine'))
+    for name in ('hooks', 'strategies', 'work_dir', 'speedups', 'hub'):
+        assert osp.isfile(osp.join(wing, f'{name}.py')), name
+    assert not glob.glob(osp.join(ROOT, 'mmlape', 'utils', 'work_dir.py'))
+    tests = glob.glob(osp.join(ROOT, 'tests', 'hosts', 'test_*.py'))
+    assert len(tests) >= 10
+    for path in tests:
+        module = osp.basename(path)[len('test_'):]
+        assert osp.isfile(osp.join(wing, module)), path
 
 
 #: Every backbone class mmlape exports, the base aside.

@@ -125,7 +125,7 @@ def test_import_mmlape_changes_no_host_library():
             hosts()
             before = state()
             import mmlape
-            import mmlape.models, mmlape.engine
+            import mmlape.models, mmlape.hosts
             hosts()
             after = state()
             assert after['packages'] == dict(before['packages'],
@@ -168,22 +168,22 @@ def test_import_mmlape_changes_no_host_library():
 
 
 def test_layer_decay_constructor_class_is_importable():
-    from mmlape.engine import LaPELayerDecayOptimWrapperConstructor
-    from mmlape.engine.optim import \
+    from mmlape.hosts import LaPELayerDecayOptimWrapperConstructor
+    from mmlape.hosts.optim import \
         LaPELayerDecayOptimWrapperConstructor as direct
     assert LaPELayerDecayOptimWrapperConstructor is direct
-    from mmlape.engine import LaPEClsDataPreprocessor
-    from mmlape.engine.cls_preprocessor import \
+    from mmlape.hosts import LaPEClsDataPreprocessor
+    from mmlape.hosts.cls_preprocessor import \
         LaPEClsDataPreprocessor as direct_prep
     assert LaPEClsDataPreprocessor is direct_prep
-    from mmlape.engine import LaPEAccuracy, LaPEExponentialMovingAverage
-    from mmlape.engine.cls_metric import LaPEAccuracy as direct_metric
-    from mmlape.engine.ema import LaPEExponentialMovingAverage as direct_ema
+    from mmlape.hosts import LaPEAccuracy, LaPEExponentialMovingAverage
+    from mmlape.hosts.cls_metric import LaPEAccuracy as direct_metric
+    from mmlape.hosts.ema import LaPEExponentialMovingAverage as direct_ema
     assert LaPEAccuracy is direct_metric
     assert LaPEExponentialMovingAverage is direct_ema
-    import mmlape.engine
+    import mmlape.hosts
     with pytest.raises(AttributeError, match='no attribute'):
-        mmlape.engine.Nope
+        mmlape.hosts.Nope
 
 
 @pytest.mark.slow

@@ -322,7 +322,7 @@ def test_tiny_train_run_reports_consistent_figures(tmp_path,
                                                    fresh_default_scope):
     from mmengine.config import Config
 
-    from mmlape.engine.loader_workers import apply_auto_num_workers
+    from mmlape.hosts.loader_workers import apply_auto_num_workers
     out = tmp_path / 'report.json'
     families = ['deit', 'deit-base', 'segmenter']
     code = bench.main([

@@ -30,7 +30,7 @@ from mmengine.config import Config
 from mmlape.apis import (check_resume_optimizer, check_run_values,
                          find_resume_checkpoint, is_complete_checkpoint)
 from mmlape.apis.model_check import optimizer_differences
-from mmlape.engine.compile import check_compile_options, inductor_modes
+from mmlape.hosts.compile import check_compile_options, inductor_modes
 from mmlape.models.checkpoint.recorded import recorded_run_config
 from mmlape.utils.errors import (CheckpointError, ConfigError, InputError,
                                  UsageError)

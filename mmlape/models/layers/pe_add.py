@@ -58,7 +58,7 @@ _USE_TRITON = False
 
 def use_triton(enabled: bool = True) -> None:
     """Let the per-layer PE add of a large CUDA tensor take the Triton
-    kernel (``speedups.triton_pe_add``, :mod:`mmlape.engine.speedups`), or
+    kernel (``speedups.triton_pe_add``, :mod:`mmlape.hosts.speedups`), or
     keep PyTorch's add (the default) with ``enabled=False``."""
     global _USE_TRITON
     _USE_TRITON = bool(enabled)

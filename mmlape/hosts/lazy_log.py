@@ -47,7 +47,7 @@ run ended in an error). :func:`log_clip_lazily` makes a wrapper's
 gradient clipping log its norm that way; the hook does so for the run's
 wrappers when training starts.
 
-Opt-in (``speedups.lazy_log``, :mod:`mmlape.engine.speedups`): the waits
+Opt-in (``speedups.lazy_log``, :mod:`mmlape.hosts.speedups`): the waits
 it removes were counted on the user's path
 (``benchmarks/bench_host_loop.py``, section ``syncs``: two reads in 100
 iterations instead of 100) but their cost was never timed end to end on a

@@ -1,15 +1,15 @@
 """The loader workers a run starts: ``auto_num_workers`` of a config,
 resolved from the CPUs of each training process
-(:mod:`mmlape.engine.loader_workers`)."""
+(:mod:`mmlape.hosts.loader_workers`)."""
 import os
 import re
 
 import pytest
 from mmengine.config import Config
 
-from mmlape.engine.loader_workers import (apply_auto_num_workers,
-                                          auto_num_workers, cpus_per_process,
-                                          local_world_size)
+from mmlape.hosts.loader_workers import (apply_auto_num_workers,
+                                         auto_num_workers, cpus_per_process,
+                                         local_world_size)
 from mmlape.utils.errors import ConfigError
 
 TORCHRUN = {'LOCAL_WORLD_SIZE': '8'}

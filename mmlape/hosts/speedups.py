@@ -8,7 +8,7 @@ that either pays, so neither is on the default path:
   large batches (:mod:`mmlape.models.layers.pe_add`) instead of PyTorch's
   add;
 - ``lazy_log``: mmengine's ``RuntimeInfoHook`` replaced by
-  :class:`~mmlape.engine.lazy_log.LazyRuntimeInfoHook` (a step's logged
+  :class:`~mmlape.hosts.lazy_log.LazyRuntimeInfoHook` (a step's logged
   values read from the device only when logged), with the optimizer
   wrapper's gradient-norm logging rebound to match.
 

@@ -26,7 +26,7 @@ of the batch, and mmengine pickles the whole batch with each of them.
 
 Where the per-sample results are read (``results``) they are made, each
 tensor with its own storage, as mmpretrain's: the same keys in the same
-order, values, dtypes and shapes (``tests/engine/test_cls_metric.py``);
+order, values, dtypes and shapes (``tests/hosts/test_cls_metric.py``);
 the tensors are contiguous and are not the inputs themselves, as
 mmpretrain's ``.cpu()`` of a tensor already on the host returns it. A
 batch whose samples differ in what they hold, in shape, dtype or device,
@@ -188,7 +188,7 @@ def gathered_results(parts: Sequence[tuple], size: int) -> List[dict]:
     return [r for r in ordered if r is not None][:size]
 
 
-# Registered (lazily, by name) in mmlape/engine/__init__.py: importing this
+# Registered (lazily, by name) in mmlape/hosts/__init__.py: importing this
 # module imports mmpretrain.
 class LaPEAccuracy(Accuracy):
     """mmpretrain's ``Accuracy``, each batch's results copied to the host

@@ -14,7 +14,7 @@ import torch.nn as nn
 from mmengine.config import Config
 
 from mmlape.utils.errors import UsageError, one_line
-from mmlape.utils.strategies import strategy_refusal
+from .strategies import strategy_refusal
 
 __all__ = [
     'check_flexible_runner', 'fit_fused_optimizer', 'fsdp_cpu_problem',
@@ -120,7 +120,7 @@ def check_flexible_runner(cfg: Config,
     name = cls.__name__
     notes = []
     if cls is FSDPStrategy and STRATEGIES.get('LaPEFSDPStrategy'):
-        # mmengine's own cannot resume with torch >= 2.1 (mmlape.engine)
+        # mmengine's own cannot resume with torch >= 2.1 (mmlape.hosts)
         strategy['type'] = 'LaPEFSDPStrategy'
         notes.append(f'{name} runs as LaPEFSDPStrategy (the same, resuming '
                      f'its optimizer with torch {torch.__version__})')

@@ -13,7 +13,7 @@ PyTorch's own multi-tensor average
 (``torch.optim.swa_utils.get_ema_multi_avg_fn``, decay ``1 - momentum``:
 one multi-tensor ``lerp_`` for all the parameters of a device and dtype):
 the same formula, element by element (equal bit for bit to mmengine's on
-the CPU, ``tests/engine/test_ema.py``). Everything else is
+the CPU, ``tests/hosts/test_ema.py``). Everything else is
 mmengine's: the first step copies the model, ``interval`` and
 ``update_buffers`` as there, buffers that are not averaged are copied
 from the model, and the checkpoint's keys are the same.

@@ -17,7 +17,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import PARAM_SCHEDULERS
 from mmengine.runner import Runner
 
-from mmlape.engine.batch_recipe import batch_and_lr, describe_batch
+from mmlape.hosts.batch_recipe import batch_and_lr, describe_batch
 
 WORLD_SIZES = (1, 4, 8, 16)
 

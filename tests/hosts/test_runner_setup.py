@@ -18,7 +18,7 @@ from conftest import (DEMO, ROOT, ToyData, ToyModel, one_line_error, run,
 from mmengine.runner import FlexibleRunner
 
 import mmlape  # noqa: F401
-from mmlape.engine.hooks import PARTIAL_PREFIX, AtomicLocalBackend
+from mmlape.hosts.hooks import PARTIAL_PREFIX, AtomicLocalBackend
 from mmlape.utils.safe_load import safe_torch_load
 
 sys.path.insert(0, ROOT)
@@ -160,7 +160,7 @@ def test_unsupported_strategy_is_refused_at_start(strategy, expect,
 def test_single_device_strategy_in_several_processes_is_refused(monkeypatch):
     from mmengine.config import Config
 
-    from mmlape.engine.runner_setup import check_flexible_runner
+    from mmlape.hosts.runner_setup import check_flexible_runner
     monkeypatch.setenv('WORLD_SIZE', '2')
     cfg = Config(
         dict(
@@ -185,7 +185,7 @@ def test_fsdp_on_a_cpu_torch_cannot_shard_is_refused_naming_why(monkeypatch):
     import torch.distributed.fsdp as fsdp
     from mmengine.config import Config
 
-    from mmlape.engine.runner_setup import check_flexible_runner
+    from mmlape.hosts.runner_setup import check_flexible_runner
 
     def cannot(*args, **kwargs):
         raise RuntimeError('FSDP needs a non-CPU accelerator device, but no '

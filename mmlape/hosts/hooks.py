@@ -26,8 +26,8 @@ from mmengine.registry import HOOKS as MMENGINE_HOOKS
 
 from mmlape.registry import HOOKS
 from mmlape.utils.errors import ConfigError, InputError
-from mmlape.utils.strategies import strategy_refusal
-from mmlape.utils.work_dir import LogWriteGuard, write_error
+from .strategies import strategy_refusal
+from .work_dir import LogWriteGuard, write_error
 
 __all__ = [
     'AtomicCheckpointHook', 'AtomicLocalBackend', 'WorkDirGuardHook',

@@ -20,7 +20,7 @@ from mmengine.logging import MessageHub
 from mmengine.runner import Runner
 from torch.overrides import TorchFunctionMode
 
-from mmlape.engine import LazyRuntimeInfoHook
+from mmlape.hosts import LazyRuntimeInfoHook
 from mmlape.utils import safe_torch_load
 from mmlape.utils.errors import ConfigError, InputError
 
@@ -501,7 +501,7 @@ def test_the_hook_is_found_from_every_host_scope():
 def clipped_wrapper(wrapper_type='OptimWrapper', lazy=True, **clip):
     from mmengine.registry import OPTIM_WRAPPERS
 
-    from mmlape.engine import log_clip_lazily
+    from mmlape.hosts import log_clip_lazily
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     wrapper = OPTIM_WRAPPERS.build(
@@ -592,7 +592,7 @@ def test_a_run_that_ended_in_an_error_keeps_no_other_wrappers_values():
     (built later, on the same message hub), whose values go in at once."""
     from mmengine.optim import OptimWrapperDict
 
-    from mmlape.engine.lazy_log import _optim_wrappers
+    from mmlape.hosts.lazy_log import _optim_wrappers
     hook, runner = LazyRuntimeInfoHook(), fake_runner(
         name='test_lazy_clip_error')
     _, crashed = clipped_wrapper(max_norm=1.0)
@@ -622,7 +622,7 @@ def test_a_value_clip_and_no_clip_are_left_alone():
 
 @pytest.mark.parametrize('training', [True, False])
 def test_log_scalar_names_a_non_scalar_at_once(training):
-    from mmlape.engine import log_scalar
+    from mmlape.hosts import log_scalar
     hook, runner = LazyRuntimeInfoHook(), fake_runner(
         name='test_lazy_log_scalar')
     _, wrapper = clipped_wrapper(max_norm=1.0)

@@ -30,7 +30,7 @@ from tools import train  # noqa: E402
 def _hold_in_child(work_dir):
     """Fork a process that holds ``work_dir`` (as a run does) until it is
     killed; return its pid once it holds it."""
-    from mmlape.utils.work_dir import lock_work_dir
+    from mmlape.hosts.work_dir import lock_work_dir
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -49,8 +49,8 @@ def _hold_in_child(work_dir):
 
 def test_a_held_work_dir_stops_a_second_run_and_a_dead_holder_does_not(
         tmp_path):
+    from mmlape.hosts.work_dir import lock_work_dir
     from mmlape.utils.errors import WorkDirInUseError
-    from mmlape.utils.work_dir import lock_work_dir
     pid = _hold_in_child(tmp_path)
     try:
         with pytest.raises(WorkDirInUseError) as info:
@@ -75,8 +75,8 @@ def test_import_and_lock_without_fcntl(tmp_path):
     ``filelock`` (here, with no OS lock to use, it says so and goes on)."""
     code = ('import sys\n'
             "sys.modules['fcntl'] = None  # import fcntl now fails\n"
-            'import mmlape, mmlape.engine, mmlape.apis\n'
-            'from mmlape.utils.work_dir import lock_work_dir\n'
+            'import mmlape, mmlape.hosts, mmlape.apis\n'
+            'from mmlape.hosts.work_dir import lock_work_dir\n'
             f'lock = lock_work_dir({str(tmp_path)!r})\n'
             "print('locked', lock.enforced)\n"
             'lock.release()\n')
@@ -95,7 +95,7 @@ def test_a_dead_runs_record_is_not_named(tmp_path):
     holder replaces it, and a reader skips a record of a dead process."""
     import json
 
-    from mmlape.utils.work_dir import HOLDER_NAME, _holder, lock_work_dir
+    from mmlape.hosts.work_dir import HOLDER_NAME, _holder, lock_work_dir
     record = tmp_path / HOLDER_NAME
     record.write_text(
         json.dumps(dict(pid=2**22 + 7, host=socket.gethostname())))
@@ -182,7 +182,7 @@ def test_full_disk_at_the_start_is_one_line(pos_shapes_data, tmp_path,
 def test_the_work_dir_check_writes_enough_to_see_a_full_disk(
         tmp_path, monkeypatch):
     from mmlape.apis import UsageError
-    from mmlape.utils.work_dir import check_work_dir
+    from mmlape.hosts.work_dir import check_work_dir
     monkeypatch.setattr(os, 'fsync', _no_space)
     with pytest.raises(UsageError) as info:
         check_work_dir(str(tmp_path / 'w'))
@@ -236,7 +236,7 @@ def test_unwritable_log_ends_the_run_with_one_line(what, pos_shapes_data,
     from mmengine.logging import MMLogger
     from mmengine.visualization import LocalVisBackend
 
-    from mmlape.engine.hooks import AtomicCheckpointHook
+    from mmlape.hosts.hooks import AtomicCheckpointHook
     save = AtomicCheckpointHook._save_checkpoint_with_step
     full = []
 

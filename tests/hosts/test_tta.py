@@ -66,7 +66,7 @@ def test_instance_masks_follow_their_boxes_through_the_merge():
     from mmdet.structures import DetDataSample
     from mmengine.structures import InstanceData
 
-    from mmlape.engine import InstanceSegTTAModel
+    from mmlape.hosts import InstanceSegTTAModel
     tta = InstanceSegTTAModel.__new__(InstanceSegTTAModel)  # no module
     tta.tta_cfg = Config(
         dict(nms=dict(type='nms', iou_threshold=0.5), max_per_img=10))

@@ -22,8 +22,9 @@ from typing import Any, Dict, Optional, Tuple
 
 from filelock import FileLock, SoftFileLock, Timeout
 
-from .errors import (CheckpointPermissionError, CheckpointSaveError,
-                     UsageError, WorkDirError, WorkDirInUseError)
+from mmlape.utils.errors import (CheckpointPermissionError,
+                                 CheckpointSaveError, UsageError, WorkDirError,
+                                 WorkDirInUseError)
 
 __all__ = [
     'LOCK_NAME', 'WRITE_ERRNOS', 'LogWriteGuard', 'WorkDirLock',

@@ -104,7 +104,7 @@ def one_label_each(samples: Optional[Sequence]) -> bool:
     return True
 
 
-# Registered (lazily, by name) in mmlape/engine/__init__.py: importing this
+# Registered (lazily, by name) in mmlape/hosts/__init__.py: importing this
 # module imports mmpretrain.
 class LaPEClsDataPreprocessor(ClsDataPreprocessor):
     """mmpretrain's ``ClsDataPreprocessor``, with a batch of one label per
@@ -112,7 +112,7 @@ class LaPEClsDataPreprocessor(ClsDataPreprocessor):
 
     The values are mmpretrain's: the images, every sample's ``gt_label``
     and ``gt_score`` (dtype included) and the batch augmentations' random
-    draws (``tests/engine/test_cls_preprocessor.py``).
+    draws (``tests/hosts/test_cls_preprocessor.py``).
 
     Args:
         non_blocking (bool): Copy the batch to the device without waiting

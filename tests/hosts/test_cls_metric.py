@@ -18,8 +18,8 @@ pytest.importorskip('mmpretrain')
 from mmpretrain.evaluation import Accuracy  # noqa: E402
 from mmpretrain.structures import DataSample  # noqa: E402
 
-from mmlape.engine import cls_metric  # noqa: E402
-from mmlape.engine.cls_metric import LaPEAccuracy  # noqa: E402
+from mmlape.hosts import cls_metric  # noqa: E402
+from mmlape.hosts.cls_metric import LaPEAccuracy  # noqa: E402
 
 DEIT = 'configs/deit/deit-tiny-lape_4xb256_in1k.py'
 

@@ -1,4 +1,4 @@
-"""The opt-in speed parts (``speedups``, :mod:`mmlape.engine.speedups`):
+"""The opt-in speed parts (``speedups``, :mod:`mmlape.hosts.speedups`):
 off by default in every provided config, on through one runtime setting
 that ``tools/train.py`` and ``tools/test.py`` apply; bad values end in one
 line naming the setting."""
@@ -10,7 +10,7 @@ import torch
 from conftest import DEMO, ROOT
 from mmengine.config import Config
 
-from mmlape.engine.speedups import SPEEDUPS, apply_speedups
+from mmlape.hosts.speedups import SPEEDUPS, apply_speedups
 from mmlape.models.layers import pe_add
 from mmlape.utils.errors import ConfigError
 

@@ -21,7 +21,7 @@ from mmlape.models.checkpoint import BACKBONE_PREFIX
 __all__ = ['LaPELayerDecayOptimWrapperConstructor']
 
 
-# Registered (lazily, by name) in mmlape/engine/__init__.py: importing this
+# Registered (lazily, by name) in mmlape/hosts/__init__.py: importing this
 # module imports mmpretrain.
 class LaPELayerDecayOptimWrapperConstructor(
         LearningRateDecayOptimWrapperConstructor):

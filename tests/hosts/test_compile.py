@@ -15,9 +15,9 @@ from conftest import DEMO, demo_options, run
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
-from mmlape.engine.compile import (CompileHook, compile_targets,
-                                   compile_unavailable, graph_count,
-                                   recompile_limit_name, use_compile_hook)
+from mmlape.hosts.compile import (CompileHook, compile_targets,
+                                  compile_unavailable, graph_count,
+                                  recompile_limit_name, use_compile_hook)
 from mmlape.models.layers import TransformerBlock
 from mmlape.utils.errors import ConfigError
 
@@ -108,7 +108,7 @@ def test_unavailable_compiler_runs_eager_after_one_line(
         monkeypatch, fresh_dynamo):
     from conftest import tiny_vit
 
-    import mmlape.engine.compile as compile_module
+    import mmlape.hosts.compile as compile_module
     monkeypatch.setattr(compile_module, 'compile_unavailable',
                         lambda backend, device: 'no compiler (test)')
     model = Wrapper(tiny_vit())
@@ -167,7 +167,7 @@ def test_a_failing_backend_runs_eager_after_one_line(fresh_dynamo):
 def test_a_failing_inductor_names_its_cache(monkeypatch):
     from types import SimpleNamespace
 
-    import mmlape.engine.compile as compile_module
+    import mmlape.hosts.compile as compile_module
     err = SimpleNamespace(
         inner_exception=ImportError(
             '/cache/xi/k.main.so: file too short\nmore lines'))

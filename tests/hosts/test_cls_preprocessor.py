@@ -20,8 +20,8 @@ from mmpretrain.models.utils.batch_augments import CutMix, Mixup  # noqa
 from mmpretrain.structures import DataSample  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
-import mmlape.engine.cls_preprocessor as preprocessing  # noqa: E402
-from mmlape.engine.cls_preprocessor import (  # noqa: E402
+import mmlape.hosts.cls_preprocessor as preprocessing  # noqa: E402
+from mmlape.hosts.cls_preprocessor import (  # noqa: E402
     LaPEClsDataPreprocessor, one_label_each)
 
 DEIT = 'configs/deit/deit-tiny-lape_4xb256_in1k.py'

@@ -16,7 +16,7 @@ from mmengine.model import ExponentialMovingAverage
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmlape.engine.ema import LaPEExponentialMovingAverage
+from mmlape.hosts.ema import LaPEExponentialMovingAverage
 
 
 class Ops(TorchDispatchMode):
