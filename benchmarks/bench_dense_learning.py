@@ -19,7 +19,7 @@ import os.path as osp
 import sys
 import time
 
-from shared import (ROOT, join_class, join_names, parser, run_tool, table,
+from shared import (GAP, ROOT, join_class, join_names, parser, run_tool, table,
                     write_config)
 from small_dense import (ARCH, DENSE_CONFIGS, LOADER, adapter_backbone,
                          ade_data, coco_data)
@@ -163,7 +163,7 @@ def deit_overrides(data, join, iters, seed, size=128):
         patch_size=16,
         pe_join=dict(type=join))
     if not join_class(join).allows_cls_token:
-        backbone.update(with_cls_token=False, out_type='avg_featmap')
+        backbone.update(GAP)
     warmup, loader = max(1, iters // 12), dict(dataset=dict(data_root=data))
     return dict(
         model=dict(backbone=backbone),
