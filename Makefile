@@ -8,6 +8,13 @@
 PYTHON ?= python3
 export PYTHON
 PYTEST_ARGS ?=
+# The suite's tests run in parallel processes (pytest-xdist), one a CPU, at
+# most four: most tests wait on a subprocess or run tiny models on one
+# thread, so two processes keep a 2-CPU CI machine busy. Work stealing
+# evens out the long end-to-end tests. PYTEST_WORKERS=0 runs them in this
+# process, one after another.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL = --numprocesses=$(PYTEST_WORKERS) --maxprocesses=4 --dist=worksteal
 # The second supported torch (requirements/torch-cu12.txt) and the virtual
 # environment `make test-compat` keeps it in, inside the checkout.
 COMPAT_PAIR ?= cu12
@@ -46,7 +53,7 @@ format:
 # CI: everything, the docstring examples included, then the quick suite on
 # the second supported torch.
 test: install-dev lint docs
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider
 	$(MAKE) test-compat
 
@@ -60,16 +67,16 @@ COMPAT_TESTS ?= tests/models tests/hosts tests/utils \
 test-compat:
 	test -x $(COMPAT_VENV)/bin/python || $(PYTHON) -m venv $(COMPAT_VENV)
 	TORCH_PAIR=$(COMPAT_PAIR) PYTHON=$(COMPAT_VENV)/bin/python bash scripts/install.sh --tests
-	$(COMPAT_VENV)/bin/python -m pytest -m "not slow" -p no:cacheprovider $(COMPAT_TESTS) $(PYTEST_ARGS)
+	$(COMPAT_VENV)/bin/python -m pytest -m "not slow" -p no:cacheprovider $(PYTEST_PARALLEL) $(COMPAT_TESTS) $(PYTEST_ARGS)
 
 # The quick loop while editing (no subprocess or training runs).
 test-quick:
-	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The fastest loop: the quick one without the infrastructure tests
 # (tests/infra/: install, environment, GPU scripts, CUDA build); CI runs them.
 test-fast:
-	$(PYTHON) -m pytest -m "not slow and not infra" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "not slow and not infra" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 doctest:
 	$(PYTHON) -m pytest --doctest-modules mmlape -p no:cacheprovider

@@ -431,7 +431,7 @@ def test_install_modes_name_their_requirements():
     }
     tests = set(check_env.read_requirements('tests.txt'))
     assert {'safetensors', 'filelock'} <= runtime
-    assert {'pytest', 'timm', 'build', 'tensorboard'} <= tests
+    assert {'pytest', 'pytest-xdist', 'timm', 'build', 'tensorboard'} <= tests
     assert not runtime & tests
     assert 'tests' not in check_env.parts_of('all')
     assert list(check_env.parts_of('all', tests=True))[-1] == 'tests'
@@ -482,9 +482,9 @@ def test_methods_doc_is_the_reference():
 
 
 def test_ci_runs_the_docstring_examples():
-    """``make test`` (what CI runs) runs the suite, then the doctests of
-    mmlape, then the quick suite on the second torch (``make
-    test-compat``, in its own virtual environment)."""
+    """``make test`` (what CI runs) runs the suite (in parallel processes),
+    then the doctests of mmlape, then the quick suite on the second torch
+    (``make test-compat``, in its own virtual environment)."""
     # Under a parent make (CI may run one) make prints 'Entering/Leaving
     # directory' lines; they are not commands.
     out = run(['make', '--no-print-directory', '-n', 'test'])
@@ -499,6 +499,9 @@ def test_ci_runs_the_docstring_examples():
     assert len(doctest) == 1, lines
     i = doctest[0]
     assert '-m pytest' in lines[i - 1] and '--doctest' not in lines[i - 1]
+    # the suite in parallel processes (pytest-xdist), work stealing
+    assert '--numprocesses=auto' in lines[i - 1], lines[i - 1]
+    assert '--dist=worksteal' in lines[i - 1], lines[i - 1]
     compat = lines[i + 1:]
     assert any('TORCH_PAIR=cu12' in line and 'scripts/install.sh' in line
                for line in compat), compat
