@@ -120,8 +120,8 @@ def build(backbone, classes, dims, swin=False):
 
 
 def flops_of(model, img):
-    from torch.utils.flop_counter import FlopCounterMode
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    from mmlape.analysis import flop_counter
+    with torch.no_grad(), flop_counter() as counter:
         model(img[:1], mode='tensor')
     return counter.get_total_flops()
 

@@ -80,10 +80,10 @@ def deit_models(bench: Bench, arch: str) -> Dict[str, Callable[[], nn.Module]]:
 def model_flops(model: nn.Module, img: int) -> float:
     """FLOPs of one image's forward pass (matmuls, convolutions,
     attention), counted by PyTorch's flop counter."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from mmlape.analysis import flop_counter
     device = next(model.parameters()).device
     model.eval()
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), flop_counter() as counter:
         model(torch.randn(1, 3, img, img, device=device))
     return float(counter.get_total_flops())
 

@@ -11,20 +11,20 @@ def gap_cfg():
     return dict(with_cls_token=False, out_type='avg_featmap')
 
 
-@pytest.mark.parametrize(
-    'arch,C', [('deit-tiny', 192),
-               pytest.param('deit-small', 384, marks=pytest.mark.slow),
-               pytest.param('deit-base', 768, marks=pytest.mark.slow)])
+@pytest.mark.parametrize('arch,C', [('deit-tiny', 192), ('deit-small', 384),
+                                    ('deit-base', 768)])
 def test_parameter_cost_per_join(arch, C):
     """docs/methods.md: LaPE +2C per layer; PVG -C (class token) -C (PE row)
-    +2C per layer 1..L-1; MPVG +2C more; Unshare +(L-1) PEs."""
+    +2C per layer 1..L-1; MPVG +2C more; Unshare +(L-1) PEs. Built on the
+    meta device (shapes only, no initialisation cost), as the backbone
+    allows."""
     L, rows = 12, 197
-    counts = {
-        join: n_params(LaPEViT(arch, pe_join=join, **extra))
-        for join, extra in [('Default', {}), ('Share', {}), (
-            'Unshare', {}), ('LaPE', {}), ('PVG',
-                                           gap_cfg()), ('MPVG', gap_cfg())]
-    }
+    joins = [('Default', {}), ('Share', {}), ('Unshare', {}), ('LaPE', {}),
+             ('PVG', gap_cfg()), ('MPVG', gap_cfg())]
+    with torch.device('meta'):
+        models = {j: LaPEViT(arch, pe_join=j, **extra) for j, extra in joins}
+    assert all(p.is_meta for m in models.values() for p in m.parameters())
+    counts = {join: n_params(model) for join, model in models.items()}
     base = counts['Default']
     assert counts['Share'] == base
     assert counts['Unshare'] == base + (L - 1) * rows * C

@@ -14,9 +14,10 @@ A join without a class token (PVG/MPVG) pools by GAP (CeiT-Ti: LCA over
 the GAP token of every layer, as the MPVG paper counts it); CCT keeps its
 sequence pooling; ViT-Adapter with MPVG has its final
 norm on, as its configs. FLOPs are counted by
-``torch.utils.flop_counter`` (a multiply-add is 2 FLOPs); the bilinear
-sampling inside ViT-Adapter's deformable attention (mmcv's CPU path) is not
-counted.
+``torch.utils.flop_counter`` (a multiply-add is 2 FLOPs; attention's
+products counted on the CPU too, :func:`mmlape.analysis.flop_counter`); the
+bilinear sampling inside ViT-Adapter's deformable attention (mmcv's CPU
+path) is not counted.
 
 ``--pe`` measures the ViT-family rows in other PE settings
 (``mmlape.models.layers.pos_embed.pe_settings``: every ``pe_type``, and
@@ -159,15 +160,13 @@ def measure_counts(builder, kwargs, size, flops=True):
     """Parameters (:class:`~mmlape.analysis.ParamCount`: learnable, fixed
     and the papers' count) and FLOPs (None unless ``flops``) of one
     backbone."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     import mmlape.models as models
-    from mmlape.analysis.params import count_parameters
+    from mmlape.analysis import count_parameters, flop_counter
     model = getattr(models, builder)(**kwargs).eval()
     params = count_parameters(model)
     if not flops:
         return params, None
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    with torch.no_grad(), flop_counter() as counter:
         model(torch.randn(1, 3, size, size))
     return params, counter.get_total_flops()
 

@@ -12,8 +12,9 @@ segmentor's ``_forward`` (mmseg: backbone, neck and decode head; the
 auxiliary head, a training-only part, is listed and does not run).
 
 FLOPs are counted by ``torch.utils.flop_counter`` as in
-``tools/analysis/complexity.py`` (a multiply-add is 2 FLOPs); the GMACs
-column is half of them, the unit of the hosts' ``get_flops`` (mmengine's
+``tools/analysis/complexity.py`` (a multiply-add is 2 FLOPs; attention's
+products counted on the CPU too: :func:`mmlape.analysis.flop_counter`); the
+GMACs column is half of them, the unit of the hosts' ``get_flops`` (mmengine's
 ``get_model_complexity_info`` counts a multiply-add once). Operations
 outside PyTorch's counted kernels are not counted: mmcv's RoIAlign and
 NMS, the sampling of deformable attention, normalisation and activation
@@ -144,7 +145,8 @@ def measure(model, scope: str, shape: Tuple[int, int]) -> List[dict]:
     preprocessor) and a ``total`` row: ``part``, ``type``, ``params``,
     ``flops`` (None: the part does not run when the model predicts)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
+
+    from mmlape.analysis import flop_counter
     generator = torch.Generator().manual_seed(0)
     image = torch.randint(
         0, 256, (3, *shape), dtype=torch.uint8, generator=generator)
@@ -156,7 +158,7 @@ def measure(model, scope: str, shape: Tuple[int, int]) -> List[dict]:
     torch.manual_seed(0)
     with torch.no_grad():
         data = model.data_preprocessor(batch, False)
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()
         with counter, _counted_parts(model, counter) as by_part:
             model(data['inputs'], data.get('data_samples'), mode='tensor')
     rows = []

@@ -282,7 +282,8 @@ class LaPEViT(LaPEBackbone):
                 f'pe_join.type={self.pe_join.name!r} adds {sorted(terms)}')
         self.out_indices = parse_out_indices(out_indices, self.num_layers,
                                              'layers')
-        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        dpr = torch.linspace(
+            0, drop_path_rate, self.num_layers, device='cpu').tolist()
         ffn_cfg = pick('ffn', ffn, None)
         layer_args = block_cfgs(layer_cfgs, [
             dict(
