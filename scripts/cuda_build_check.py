@@ -343,14 +343,10 @@ def first_errors(log: str, limit: int = 12) -> List[str]:
     return list(seen)
 
 
-def build(sources: Sequence[str],
-          root: str,
-          build_dir: str,
-          env: Dict[str, str],
-          jobs: int,
-          archs: str = ARCHS) -> Tuple[str, float, float]:
-    """Compile and link for ``archs`` (``TORCH_CUDA_ARCH_LIST``); returns
-    the built library, the seconds taken and the CPU seconds used.
+def build(sources: Sequence[str], root: str, build_dir: str,
+          env: Dict[str, str], jobs: int) -> Tuple[str, float, float]:
+    """Compile and link; returns the built library, the seconds taken and
+    the CPU seconds used.
 
     Raises:
         BuildCheckError: A compile or link error (the first error line and
@@ -374,7 +370,7 @@ def build(sources: Sequence[str],
     with open(spec_file, 'w') as f:
         json.dump(spec, f, indent=1)
     log_path = osp.join(build_dir, 'build.log')
-    child_env = dict(env, MAX_JOBS=str(jobs), TORCH_CUDA_ARCH_LIST=archs)
+    child_env = dict(env, MAX_JOBS=str(jobs), TORCH_CUDA_ARCH_LIST=ARCHS)
     t0 = time.time()
     cpu0 = _children_cpu()
     with open(log_path, 'w') as log:
@@ -510,8 +506,7 @@ class Report(NamedTuple):
 def run_check(build_dir: str,
               cache_dir: str = DEFAULT_CACHE,
               jobs: Optional[int] = None,
-              env: Optional[Dict[str, str]] = None,
-              archs: str = ARCHS) -> Report:
+              env: Optional[Dict[str, str]] = None) -> Report:
     """The whole check; see the module docstring.
 
     Args:
@@ -521,8 +516,6 @@ def run_check(build_dir: str,
         jobs (int, optional): Parallel compile jobs; defaults to
             ``MAX_JOBS`` or the number of cores.
         env (dict, optional): The environment; defaults to ``os.environ``.
-        archs (str): ``TORCH_CUDA_ARCH_LIST`` of the build; defaults to
-            :data:`ARCHS`.
 
     Raises:
         CudaEnvError: No CUDA build is possible here (from ``cuda_env``).
@@ -535,7 +528,7 @@ def run_check(build_dir: str,
     cuda_env = _load('cuda_env')
     notes: List[str] = []
     variables = cuda_env.build_env(
-        dict(env, TORCH_CUDA_ARCH_LIST=archs), build_dir, notes=notes)
+        dict(env, TORCH_CUDA_ARCH_LIST=ARCHS), build_dir, notes=notes)
     for note in notes:
         say(f'note: {note}')
     env.update(variables)
@@ -547,9 +540,9 @@ def run_check(build_dir: str,
     sources = write_sources(root, osp.join(build_dir, 'generated'))
     torch_version, torch_cuda = cuda_env.torch_versions()
     say(f'mmcv {version} ({sdist}); CUDA_HOME={variables["CUDA_HOME"]}; '
-        f'torch {torch_version} (CUDA {torch_cuda}); archs {archs}; '
+        f'torch {torch_version} (CUDA {torch_cuda}); archs {ARCHS}; '
         f'{len(sources)} files, {jobs} jobs')
-    library, seconds, cpu = build(sources, root, build_dir, env, jobs, archs)
+    library, seconds, cpu = build(sources, root, build_dir, env, jobs)
     times = ninja_times(osp.join(build_dir, 'temp'))
     file_seconds = {}
     for source in sources:
