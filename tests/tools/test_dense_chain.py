@@ -103,7 +103,7 @@ def assert_initialised_from(log, ckpt):
 @pytest.mark.slow
 def test_mask_rcnn_vit_adapter_lape(lape_checkpoint, tmp_path):
     data = str(tmp_path / 'coco') + '/'
-    generate_coco_instances(data, num_train=4, num_val=2, size=(128, 160))
+    generate_coco_instances(data, num_train=4, num_val=1, size=(128, 160))
     config = shrunk(
         tmp_path,
         'configs/vit_adapter/mask-rcnn_vit-adapter-tiny-lape_fpn_3x_coco.py',
@@ -165,7 +165,7 @@ SLIDE = dict(mode='slide', crop_size=(64, 64), stride=(48, 48))
 @pytest.mark.slow
 def test_upernet_vit_adapter_lape(lape_checkpoint, tmp_path):
     data = str(tmp_path / 'ade')
-    generate_ade20k(data, num_train=4, num_val=2, size=(96, 128))
+    generate_ade20k(data, num_train=4, num_val=1, size=(96, 128))
     config = shrunk(
         tmp_path, 'configs/vit_adapter/upernet_vit-adapter-tiny-lape_'
         '8xb2-160k_ade20k-512x512.py',
@@ -190,7 +190,7 @@ def test_upernet_vit_adapter_lape(lape_checkpoint, tmp_path):
 @pytest.mark.slow
 def test_segmenter_lape(lape_checkpoint, tmp_path):
     data = str(tmp_path / 'ade')
-    generate_ade20k(data, num_train=4, num_val=2, size=(96, 128))
+    generate_ade20k(data, num_train=4, num_val=1, size=(96, 128))
     config = shrunk(
         tmp_path, 'configs/segmenter/segmenter_vit-tiny-lape_mask_'
         '8xb1-160k_ade20k-512x512.py',
