@@ -541,7 +541,7 @@ def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
     The ViT family's archs are shrunk to :data:`SMALL_FAMILY` (T2T-ViT's
     tokenizer to 16 dims); a join without a class token
     (``allows_cls_token = False``) gets average pooling on the class-token
-    ViTs; MPVG on ViT-Adapter takes its last-norm term (``final_norm``).
+    ViTs (LaPEViT's own default, CeiT and the host swaps are told).
     """
     from mmlape.models import LaPESwin, LaPEViT, LaPEViTAdapter
     from mmlape.models.layers import pe_join_classes
@@ -557,13 +557,9 @@ def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
             arch['tokenizer'] = dict(
                 type='T2T', token_dims=16, attention='performer')
     join_cls = pe_join_classes()[join]
-    if cls_name == 'LaPEViT' and name != 'cct' and \
-            args.get('with_cls_token', True) and \
-            not getattr(join_cls, 'allows_cls_token', True):
+    if name == 'ceit' and not getattr(join_cls, 'allows_cls_token', True):
+        # CeiT's own readout (LCA) pools class tokens: GAP here
         args.update(with_cls_token=False, out_type='avg_featmap')
-    if cls_name == 'LaPEViTAdapter' and getattr(
-            join_cls, 'adds_pe_at_final_norm', False):
-        args.update(final_norm=True)
     if cls_name == 'LaPESegViT' and \
             not getattr(join_cls, 'allows_cls_token', True):
         args.update(with_cls_token=False)

@@ -5,6 +5,4 @@ _base_ = './ceit-tiny_4xb256_in1k.py'
 
 model = dict(
     backbone=dict(
-        pe_join=dict(type='PVG'),
-        with_cls_token=False,
-        pooling=dict(type='LCA', layer_token='gap')))
+        pe_join=dict(type='PVG'), pooling=dict(type='LCA', layer_token='gap')))

@@ -2,7 +2,4 @@
 # layer 1 on.
 _base_ = './deit-base_4xb256_in1k.py'
 
-model = dict(
-    backbone=dict(
-        pe_join=dict(
-            type='PVG'), with_cls_token=False, out_type='avg_featmap'))
+model = dict(backbone=dict(pe_join=dict(type='PVG')))

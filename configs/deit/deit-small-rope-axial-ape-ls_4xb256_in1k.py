@@ -3,10 +3,6 @@
 # (the RoPE-ViT paper's model, trained with layer scale on the DeiT-III
 # recipe), so that its public weights load (docs/model_zoo.md). Training with
 # this config follows the DeiT recipe of its base, not DeiT-III's.
-_base_ = './deit-small_4xb256_in1k.py'
+_base_ = './deit-small-rope-axial-ls_4xb256_in1k.py'
 
-model = dict(
-    backbone=dict(
-        pe_type='rope_axial',
-        ape_type='learnable',
-        layer_scale_init_value=1e-5))
+model = dict(backbone=dict(ape_type='learnable'))

@@ -1,8 +1,4 @@
 # DeiT-Tiny with MPVG: PVG plus the PE added again at the last LayerNorm.
 _base_ = './deit-tiny_4xb256_in1k.py'
 
-model = dict(
-    backbone=dict(
-        pe_join=dict(type='MPVG'),
-        with_cls_token=False,
-        out_type='avg_featmap'))
+model = dict(backbone=dict(pe_join=dict(type='MPVG')))

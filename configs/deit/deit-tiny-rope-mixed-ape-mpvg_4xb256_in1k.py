@@ -2,8 +2,4 @@
 # class token).
 _base_ = './deit-tiny-rope-mixed-ape_4xb256_in1k.py'
 
-model = dict(
-    backbone=dict(
-        pe_join=dict(type='MPVG'),
-        with_cls_token=False,
-        out_type='avg_featmap'))
+model = dict(backbone=dict(pe_join=dict(type='MPVG')))

@@ -9,6 +9,7 @@
 # 0.1, classifier trunc_normal(0.02).
 # The official code trains under autocast: on GPUs pass --amp.
 _base_ = [
+    '../_base_/models/lape-vit_cls.py',
     '../_base_/datasets/imagenet_bs64_swin_224.py',
     '../_base_/schedules/imagenet_bs1024_adamw_swin.py',
     '../_base_/default_runtime.py'
@@ -17,17 +18,9 @@ _base_ = [
 # mmpretrain's DeiT-Ti model (deit/deit-tiny_4xb256_in1k.py) with mmlape's
 # ViT and the official classifier init.
 model = dict(
-    type='ImageClassifier',
     backbone=dict(
-        type='LaPEViT',
-        arch='deit-tiny',
-        img_size=224,
-        patch_size=16,
-        drop_path_rate=0.1,
-        pe_join=dict(type='Default')),
-    neck=None,
+        arch='deit-tiny', img_size=224, patch_size=16, drop_path_rate=0.1),
     head=dict(
-        type='VisionTransformerClsHead',
         num_classes=1000,
         in_channels=192,
         loss=dict(

@@ -1,8 +1,4 @@
 # The demo with MPVG (GAP, no class token).
 _base_ = './deit-demo_pos-shapes.py'
 
-model = dict(
-    backbone=dict(
-        pe_join=dict(type='MPVG'),
-        with_cls_token=False,
-        out_type='avg_featmap'))
+model = dict(backbone=dict(pe_join=dict(type='MPVG')))

@@ -2,22 +2,17 @@
 # position-sensitive set of mmlape.datasets.pos_shapes (32x32 images, the
 # class is the quadrant a square is in). Trains in about a minute
 # on 2 CPU cores. `python tools/demo.py` generates the data and runs it.
-_base_ = '../_base_/default_runtime.py'
+_base_ = ['../_base_/models/lape-vit_cls.py', '../_base_/default_runtime.py']
 
 data_root = 'data/pos_shapes'
 model = dict(
-    type='ImageClassifier',
     backbone=dict(
-        type='LaPEViT',
         arch=dict(
             embed_dims=96, num_layers=4, num_heads=3,
             feedforward_channels=192),
         img_size=32,
-        patch_size=4,
-        pe_join=dict(type='Default')),
-    neck=None,
+        patch_size=4),
     head=dict(
-        type='VisionTransformerClsHead',
         num_classes=4,
         in_channels=96,
         loss=dict(type='CrossEntropyLoss'),

@@ -6,5 +6,4 @@ _base_ = './segmenter_vit-tiny_mask_8xb1-160k_ade20k-512x512.py'
 model = dict(
     backbone=dict(
         pe_join=dict(type='MPVG'),
-        with_cls_token=False,
         init_cfg=dict(checkpoint='pretrained/deit-tiny-mpvg_in1k.pth')))

@@ -5,5 +5,4 @@ _base_ = './segmenter_vit-tiny_mask_8xb1-160k_ade20k-512x512.py'
 model = dict(
     backbone=dict(
         pe_join=dict(type='PVG'),
-        with_cls_token=False,
         init_cfg=dict(checkpoint='pretrained/deit-tiny-pvg_in1k.pth')))

@@ -5,6 +5,4 @@ _base_ = './t2t-vit-7_in1k-pre_1xb128-60e_cifar100.py'
 model = dict(
     backbone=dict(
         pe_join=dict(type='PVG'),
-        with_cls_token=False,
-        out_type='avg_featmap',
         init_cfg=dict(checkpoint='pretrained/t2t-vit-7-pvg_in1k.pth')))

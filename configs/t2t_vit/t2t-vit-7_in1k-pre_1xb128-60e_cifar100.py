@@ -6,24 +6,20 @@
 # final norm are not in its optimizer: lr 0 here), weight decay 5e-4,
 # cosine over 60 epochs to 2e-4, drop path 0.1, cross-entropy.
 _base_ = [
-    '../_base_/datasets/cifar100_bs16.py', '../_base_/default_runtime.py'
+    '../_base_/models/lape-vit_cls.py', '../_base_/datasets/cifar100_bs16.py',
+    '../_base_/default_runtime.py'
 ]
 
 model = dict(
-    type='ImageClassifier',
     backbone=dict(
-        type='LaPEViT',
         arch='t2t-vit-7',
         img_size=224,
         drop_path_rate=0.1,
-        pe_join=dict(type='Default'),
         init_cfg=dict(
             type='Pretrained',
             checkpoint='pretrained/t2t-vit-7_in1k.pth',
             prefix='backbone.')),
-    neck=None,
     head=dict(
-        type='VisionTransformerClsHead',
         num_classes=100,
         in_channels=256,
         loss=dict(type='CrossEntropyLoss', loss_weight=1.0),

@@ -6,5 +6,4 @@ _base_ = './mask-rcnn_vit-adapter-base_fpn_3x_coco.py'
 model = dict(
     backbone=dict(
         pe_join=dict(type='MPVG'),
-        final_norm=True,
         init_cfg=dict(checkpoint='pretrained/deit-base-mpvg_in1k.pth')))

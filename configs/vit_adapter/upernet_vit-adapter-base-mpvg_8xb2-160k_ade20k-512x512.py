@@ -6,5 +6,4 @@ _base_ = './upernet_vit-adapter-base_8xb2-160k_ade20k-512x512.py'
 model = dict(
     backbone=dict(
         pe_join=dict(type='MPVG'),
-        final_norm=True,
         init_cfg=dict(checkpoint='pretrained/deit-base-mpvg_in1k.pth')))

@@ -2,8 +2,4 @@
 # LayerNorm.
 _base_ = './vit-lite-7-4_1xb128-310e_cifar100.py'
 
-model = dict(
-    backbone=dict(
-        pe_join=dict(type='MPVG'),
-        with_cls_token=False,
-        out_type='avg_featmap'))
+model = dict(backbone=dict(pe_join=dict(type='MPVG')))

@@ -8,21 +8,17 @@
 # dropout 0.1, drop path 0.1. CIFAR-100 in the python pickle layout
 # (data/cifar100/cifar-100-python/{train,test,meta}), mmpretrain's CIFAR100.
 _base_ = [
-    '../_base_/datasets/cifar100_bs16.py', '../_base_/default_runtime.py'
+    '../_base_/models/lape-vit_cls.py', '../_base_/datasets/cifar100_bs16.py',
+    '../_base_/default_runtime.py'
 ]
 
 model = dict(
-    type='ImageClassifier',
     backbone=dict(
-        type='LaPEViT',
         arch='vit-lite-7/4',
         img_size=32,
         attn_drop_rate=0.1,
-        drop_path_rate=0.1,
-        pe_join=dict(type='Default')),
-    neck=None,
+        drop_path_rate=0.1),
     head=dict(
-        type='VisionTransformerClsHead',
         num_classes=100,
         in_channels=256,
         loss=dict(

@@ -79,6 +79,8 @@ def test_config_builds(path):
     assert backbone.pe_join.name == join_of(path)
     if pe_setting_of(path):
         assert backbone.pe_setting == pe_setting_of(path)
+    if not backbone.pe_join.allows_cls_token:  # PVG, MPVG: by default
+        assert not getattr(backbone, 'with_cls_token', False), path
     if '/vit_adapter/' in path:  # MPVG's last-norm term, reading (b)
         assert backbone.final_norm == (join_of(path) == 'MPVG')
     assert 'mmlape' in cfg.custom_imports['imports']

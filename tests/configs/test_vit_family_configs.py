@@ -51,13 +51,19 @@ def test_recipe(path):
     assert head_init.pop('bias', 0.) == 0.
     assert head_init == dict(type='TruncNormal', layer='Linear', std=.02)
     gap = '-pvg' in name or '-mpvg' in name
-    if gap and '/ceit/' in path:
-        # the MPVG paper's CeiT-Ti PVG/MPVG: LCA kept, over the GAP token
-        # of every layer (configs/ceit/README.md)
-        assert not bb.with_cls_token and 'out_type' not in bb
-        assert bb.pooling == dict(type='LCA', layer_token='gap')
-    elif gap and '/cct/' not in path:
-        assert not bb.with_cls_token and bb.out_type == 'avg_featmap'
+    if gap:
+        # the join sets the readout: no class token; GAP, or the arch's own
+        # pooling (CCT's sequence pooling; CeiT-Ti as the MPVG paper counts
+        # it: LCA kept, over the GAP token of every layer,
+        # configs/ceit/README.md)
+        assert 'with_cls_token' not in bb and 'out_type' not in bb
+        with torch.device('meta'):
+            built = MODELS.build(bb)
+        assert not built.with_cls_token
+        pooled = '/ceit/' in path or '/cct/' in path
+        assert built.out_type == ('pooled' if pooled else 'avg_featmap')
+        if '/ceit/' in path:
+            assert bb.pooling == dict(type='LCA', layer_token='gap')
     if '_in1k.py' in name:  # ImageNet
         assert cfg.train_dataloader.dataset.type == 'ImageNet'
         aug = cfg.model.train_cfg.augments

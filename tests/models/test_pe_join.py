@@ -185,8 +185,6 @@ def test_pe_layers_and_state_dict_names():
 
 @pytest.mark.parametrize('cfg,match', [
     (dict(type='Nope'), r"Unknown pe_join.type='Nope'"),
-    (dict(type='PVG'), 'incompatible with a class token'),
-    (dict(type='MPVG'), 'incompatible with a class token'),
     (dict(type='LaPE', num_pe_layers=5), r'num_pe_layers=5.*\[1, 4\]'),
     (dict(type='LaPE', num_pe_layers=0), 'num_pe_layers=0'),
     (dict(type='LaPE', hierarchical='yes'), 'hierarchical'),
@@ -196,6 +194,38 @@ def test_pe_layers_and_state_dict_names():
 def test_bad_join_options_raise(cfg, match):
     with pytest.raises((ValueError, TypeError), match=match):
         LaPEViT('test-tiny', img_size=IMG, patch_size=8, pe_join=cfg)
+
+
+@pytest.mark.parametrize('join', ['PVG', 'MPVG'])
+def test_gap_joins_read_out_without_a_class_token(join):
+    """A join without a class-token position builds the papers' model when
+    the readout is left unset: no class token, GAP. A class token or its
+    readout stated beside it is refused by the join, and an arch's own
+    readout (CCT's sequence pooling) is kept."""
+    vit = LaPEViT('test-tiny', img_size=IMG, patch_size=8, pe_join=join)
+    assert (vit.with_cls_token, vit.out_type) == (False, 'avg_featmap')
+    assert 'cls_token' not in dict(vit.named_parameters())
+    assert vit(torch.randn(2, 3, IMG, IMG))[0].shape == (2, 64)
+    for stated in (dict(with_cls_token=True), dict(out_type='cls_token')):
+        with pytest.raises(
+                ValueError, match='incompatible with a class token'):
+            LaPEViT(
+                'test-tiny',
+                img_size=IMG,
+                patch_size=8,
+                pe_join=join,
+                **stated)
+    dense = LaPEViT(
+        'test-tiny',
+        img_size=IMG,
+        patch_size=8,
+        pe_join=join,
+        out_type='featmap')
+    assert not dense.with_cls_token
+    cct = LaPEViT('cct-7/3x1', pe_join=join)
+    assert (cct.with_cls_token, cct.out_type) == (False, 'pooled')
+    default = LaPEViT('test-tiny', img_size=IMG, patch_size=8)
+    assert (default.with_cls_token, default.out_type) == (True, 'cls_token')
 
 
 def test_bad_combinations_raise():

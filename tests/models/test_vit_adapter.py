@@ -114,7 +114,7 @@ def test_bad_input_and_options():
     with pytest.raises(ValueError, match='fixed by ViT-Adapter'):
         adapter(with_cls_token=True)
     with pytest.raises(ValueError, match='incompatible with a class token'):
-        LaPEViT('test-tiny', pe_join='MPVG')
+        LaPEViT('test-tiny', pe_join='MPVG', with_cls_token=True)
     with pytest.raises(ValueError, match='interaction_indexes'):
         adapter(interaction_indexes=[[0, 1], [3, 3]])
 
@@ -327,14 +327,18 @@ def test_mpvg_last_norm_per_interaction_changes_only_x_L(tmp_path):
 
 
 def test_mpvg_last_norm_trains_and_validates():
-    model = adapter('MPVG', final_norm=True)
+    model = adapter('MPVG')
+    assert model.final_norm  # MPVG's last-norm term takes the final norm
+    assert not adapter('PVG').final_norm  # the official ViT-Adapter's
     perturb_deformable_attention(model)
     feats = model(torch.randn(2, 3, 64, 64))
     sum((f * torch.randn_like(f)).sum() for f in feats).backward()
     for name in ('norm.weight', 'pe_join.last_norm.weight', 'pos_embed'):
         assert model.get_parameter(name).grad.abs().sum() > 0, name
     with pytest.raises(ValueError, match='needs final_norm=True'):
-        adapter('MPVG')
+        adapter('MPVG', final_norm=False)
+    with pytest.raises(ValueError, match='needs final_norm=True'):
+        adapter('MPVG', add_vit_feature=False)
     with pytest.raises(ValueError, match='add_vit_feature'):
         adapter('MPVG', final_norm=True, add_vit_feature=False)
     with pytest.raises(TypeError, match='final_norm'):

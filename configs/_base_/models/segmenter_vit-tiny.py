@@ -1,7 +1,8 @@
 # Segmenter's ViT-Ti encoder as mmlape's LaPEViT (default PE join): DeiT-Ti,
-# patch 16, a 512 grid, the class token kept, the final norm applied, a
-# feature map out; initialised from mmlape's ImageNet DeiT-Ti of the same
-# join (configs/deit/deit-tiny_4xb256_in1k.py), whose 224-grid PE is resized
+# patch 16, a 512 grid, the class token kept (the default join's; PVG and
+# MPVG drop it), the final norm applied, a feature map out; initialised from
+# mmlape's ImageNet DeiT-Ti of the same join
+# (configs/deit/deit-tiny_4xb256_in1k.py), whose 224-grid PE is resized
 # once, at loading. The Segmenter configs take it whole
 # ({{_base_.segmenter_vit_tiny}}).
 # mmlape registers its modules; mmlape.hosts.applied makes checkpoints load
@@ -16,7 +17,6 @@ segmenter_vit_tiny = dict(
     img_size=512,
     patch_size=16,
     pe_join=dict(type='Default'),
-    with_cls_token=True,
     out_type='featmap',
     final_norm=True,
     drop_path_rate=0.1,

@@ -83,12 +83,15 @@ class LaPEViT(LaPEBackbone):
         rope_theta (float, optional): The rotary PE's ``theta``. Defaults to
             the type's: 100 (axial), 10 (mixed).
         with_cls_token (bool, optional): Prepend a class token. Defaults to
-            True.
+            the arch's, else True, or False with a join that has no
+            class-token position (PVG, MPVG).
         out_type (str, optional): ``'cls_token'`` (B, C),
             ``'avg_featmap'`` (GAP, then ``fc_norm`` except for PVG/MPVG
             and T2T-ViT; B, C), ``'pooled'`` (the ``pooling`` part; B, C),
             ``'featmap'`` (B, C, H, W) or ``'raw'`` (B, N', C). Defaults to
-            ``'cls_token'``.
+            the arch's, else ``'cls_token'``, or ``'avg_featmap'`` with a
+            join that has no class-token position: the papers' PVG and
+            MPVG models read out by GAP.
         out_indices (int | Sequence[int]): Layers whose output is returned.
             Defaults to -1 (the last).
         final_norm (bool): Apply the final norm (``norm``) to the last
@@ -206,12 +209,16 @@ class LaPEViT(LaPEBackbone):
         #: The PE the join acts on: the absolute one beside a rotary PE,
         #: else ``pe_type`` itself.
         join_pe_type = ape_type or pe_type
-        out_type = pick('out_type', out_type, defaults['out_type'])
+        join_cls, join_options = resolve_pe_join(pe_join)
+        gap_join = not join_cls.allows_cls_token
+        out_type = pick('out_type', out_type,
+                        'avg_featmap' if gap_join else defaults['out_type'])
         if out_type not in self.OUT_TYPES:
             raise ValueError(f'Unknown out_type={out_type!r}; choose one of '
                              f'{list(self.OUT_TYPES)}')
-        with_cls_token = pick('with_cls_token', with_cls_token,
-                              defaults['with_cls_token'])
+        with_cls_token = pick(
+            'with_cls_token', with_cls_token, False if gap_join
+            and out_type != 'cls_token' else defaults['with_cls_token'])
         if out_type == 'cls_token' and not with_cls_token:
             raise ValueError("out_type='cls_token' needs with_cls_token=True")
         self.out_type = out_type
@@ -236,7 +243,6 @@ class LaPEViT(LaPEBackbone):
         self.grid_size = tuple(
             self.patch_embed.out_grid(input_size or self.img_size))
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        join_cls, join_options = resolve_pe_join(pe_join)
         pool_cfg = pooling_cfg(out_type, pooling, arch.get('pooling'),
                                join_cls, with_cls_token)
         self.pe_join = join_cls(

@@ -20,6 +20,7 @@ from mmlape.registry import register_model
 from ..layers.adapter import (InteractionBlock, SpatialPriorModule,
                               deform_inputs, init_adapter_weights,
                               reset_deformable_attention)
+from ..layers.pe_join import resolve_pe_join
 from ..layers.tokenizers import tokens_to_map
 from .vit import LaPEViT
 
@@ -38,8 +39,8 @@ class LaPEViTAdapter(LaPEViT):
         img_size (int): Pretraining size of the ViT (the PE grid).
             Defaults to 224.
         pe_join (dict | str, optional): The join; ``Default``, ``LaPE``,
-            ``PVG``, or ``MPVG`` (needs ``final_norm=True``; an
-            MPVG-pretrained DeiT may also be fine-tuned with ``PVG``).
+            ``PVG``, or ``MPVG`` (with the final norm; an MPVG-pretrained
+            DeiT may also be fine-tuned with ``PVG``).
             Defaults to ``Default``.
         conv_inplane (int): Width of the spatial prior module.
             Defaults to 64.
@@ -63,7 +64,9 @@ class LaPEViTAdapter(LaPEViT):
         final_norm (bool): Apply the ViT's final norm (plus MPVG's final
             term) to the last ViT output ``x_L`` before the pyramid adds it
             (the official ViT-Adapter has none; the extractors always read
-            raw tokens). Needs ``add_vit_feature=True``. Defaults to False.
+            raw tokens). Needs ``add_vit_feature=True``. Defaults to None:
+            True where the join adds its PE at the final norm (MPVG) and the
+            pyramid adds the ViT feature, else False.
         adapter_norm_cfg (dict): Norm of the spatial prior module and of the
             four output norms. Defaults to ``dict(type='BN')``; the GPU
             configs use SyncBN.
@@ -116,7 +119,7 @@ class LaPEViTAdapter(LaPEViT):
                  add_vit_feature: bool = True,
                  vit_feature_source: Literal['last',
                                              'per_interaction'] = 'last',
-                 final_norm: bool = False,
+                 final_norm: Optional[bool] = None,
                  adapter_norm_cfg: Dict = dict(type='BN'),
                  layer_scale: bool = True,
                  drop_path_rate: float = 0.,
@@ -136,6 +139,10 @@ class LaPEViTAdapter(LaPEViT):
             if key in kwargs:
                 raise ValueError(f'{key} is fixed by ViT-Adapter (no class '
                                  f'token, 4-level pyramid)')
+        if final_norm is None:
+            # MPVG's last-norm term needs the final norm ViT-Adapter lacks
+            final_norm = add_vit_feature and resolve_pe_join(
+                pe_join)[0].adds_pe_at_final_norm
         if not isinstance(final_norm, bool):
             raise TypeError(f'final_norm={final_norm!r}: it must be True or '
                             f'False')

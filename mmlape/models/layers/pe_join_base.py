@@ -112,7 +112,8 @@ class BasePEJoin(nn.Module):
                 f'token: it uses global average pooling and has no '
                 f'class-token position. Build the backbone with '
                 f"with_cls_token=False and out_type='avg_featmap' (or "
-                f"'featmap' for dense tasks).")
+                f"'featmap' for dense tasks); LaPEViT takes these when "
+                f'both are left unset.')
 
     def _init_stages(self, stages: Optional[Sequence[Tuple[int,
                                                            int]]]) -> None:
