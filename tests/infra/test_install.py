@@ -98,7 +98,8 @@ cfg = load('my_upernet.py', 'mmseg', 'vit_adapter/upernet_vit-adapter-'
            'tiny_8xb2-160k_ade20k-512x512.py')
 assert cfg.model.backbone.type == 'LaPEViTAdapter'
 assert cfg.model.backbone.pe_join.type == 'MPVG'
-assert cfg.model.backbone.final_norm is True
+with DefaultScope.overwrite_default_scope('mmseg'):
+    assert MODELS.build(cfg.model.backbone).final_norm  # MPVG's last term
 assert cfg.model.backbone.init_cfg.checkpoint.endswith('-mpvg_in1k.pth')
 
 cfg = load('my_segmenter.py', 'mmseg', 'segmenter/segmenter_vit-tiny_mask_'

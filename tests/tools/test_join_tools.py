@@ -81,8 +81,14 @@ def test_the_registry_holds_the_papers_joins():
 
 
 def test_a_new_join_reaches_the_complexity_table(toy_join, capsys):
-    assert ('Toy', GAP) in complexity.arch_joins('deit-tiny')
-    assert complexity.arch_joins('test-tiny')[-1] == ('Toy', GAP)
+    # no arguments of its own: LaPEViT builds a join without a class token
+    # so (CeiT-Ti's row adds LCA over the GAP tokens)
+    assert ('Toy', {}) in complexity.arch_joins('deit-tiny')
+    assert complexity.arch_joins('test-tiny')[-1] == ('Toy', {})
+    assert complexity.arch_joins('ceit-tiny')[-1] == (
+        'Toy',
+        dict(
+            with_cls_token=False, pooling=dict(type='LCA', layer_token='gap')))
     # configs-only rows (the dense backbones) take it; Swin does not: the
     # toy join does not support stages
     assert [j for j, _ in complexity.arch_joins('vit-adapter-tiny')

@@ -41,9 +41,6 @@ import torch
 sys.path.insert(0,
                 osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-GAP = dict(with_cls_token=False, out_type='avg_featmap')
-DENSE_GAP = dict(with_cls_token=False, out_type='featmap')
-
 
 class Arch(NamedTuple):
     """One row group of the table.
@@ -51,15 +48,15 @@ class Arch(NamedTuple):
     ``joins``: ``'all'`` (every registered join that fits the backbone) or
     ``'configs'`` (the joins that have configs: the dense tasks and Swin,
     where the papers compare those only). A join without a class token
-    adds ``gap`` to the backbone's arguments, a join that adds a PE after
-    the final norm adds ``final``.
+    adds ``gap`` to the backbone's arguments (the backbones themselves
+    build PVG/MPVG without a class token, and ViT-Adapter's MPVG with its
+    final norm).
     """
     builder: str
     kwargs: dict
     size: int
     joins: str = 'all'
-    gap: dict = GAP
-    final: dict = {}
+    gap: dict = {}
     staged: bool = False
 
 
@@ -68,26 +65,14 @@ ARCHS = {
         f'deit-{a}': Arch('LaPEViT', dict(arch=f'deit-{a}'), 224)
         for a in ('tiny', 'small', 'base')
     },
-    # ViT-Adapter has no class token and no final ViT norm: MPVG's -mpvg
-    # configs turn final_norm on.
     **{
-        f'vit-adapter-{a}':
-        Arch(
-            'LaPEViTAdapter',
-            dict(arch=a),
-            512,
-            'configs',
-            gap={},
-            final=dict(final_norm=True))
-        for a in ('tiny', 'small', 'base')
+        f'vit-adapter-{size}':
+        Arch('LaPEViTAdapter', dict(arch=size), 512, 'configs')
+        for size in ('tiny', 'small', 'base')
     },
     'segmenter-tiny':
-    Arch(
-        'LaPEViT',
-        dict(arch='deit-tiny', img_size=512, out_type='featmap'),
-        512,
-        'configs',
-        gap=DENSE_GAP),
+    Arch('LaPEViT', dict(arch='deit-tiny', img_size=512, out_type='featmap'),
+         512, 'configs'),
     't2t-vit-7':
     Arch('LaPEViT', dict(arch='t2t-vit-7'), 224),
     # PVG/MPVG as the MPVG paper counts them: LCA over every layer's GAP
@@ -104,7 +89,7 @@ ARCHS = {
     Arch('LaPEViT', dict(arch='vit-lite-7/4'), 32),
     # no class token: sequence pooling with every join
     'cct-7/3x1':
-    Arch('LaPEViT', dict(arch='cct-7/3x1'), 32, gap={}),
+    Arch('LaPEViT', dict(arch='cct-7/3x1'), 32),
     # Swin-Ti (224x224): Swin-T with an absolute PE at stage 1 (MPVG's
     # Table 1). Its FLOPs include building the PE plan (the carry through
     # the patch mergings), which an eval-mode model does once per size.
@@ -114,7 +99,6 @@ ARCHS = {
         dict(arch='tiny', use_abs_pos_embed=True),
         224,
         'configs',
-        gap={},
         staged=True),
     'test-tiny':
     Arch('LaPEViT', dict(arch='test-tiny', img_size=64), 64),
@@ -149,10 +133,7 @@ def arch_joins(arch: str,
     for name, cls in pe_join_classes(spec.joins == 'configs').items():
         if not cls.fits(pe_type, spec.staged):
             continue
-        extra = {} if cls.allows_cls_token else dict(spec.gap)
-        if cls.adds_pe_at_final_norm:
-            extra.update(spec.final)
-        out.append((name, extra))
+        out.append((name, {} if cls.allows_cls_token else dict(spec.gap)))
     return out
 
 
