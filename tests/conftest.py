@@ -541,7 +541,8 @@ def tiny_backbone(name: str, join: str = 'LaPE', **kwargs) -> nn.Module:
     The ViT family's archs are shrunk to :data:`SMALL_FAMILY` (T2T-ViT's
     tokenizer to 16 dims); a join without a class token
     (``allows_cls_token = False``) gets average pooling on the class-token
-    ViTs (LaPEViT's own default, CeiT and the host swaps are told).
+    ViTs (LaPEViT chooses it itself; CeiT-Ti, whose LCA pools class
+    tokens, and the host-signature classes are told).
     """
     from mmlape.models import LaPESwin, LaPEViT, LaPEViTAdapter
     from mmlape.models.layers import pe_join_classes

@@ -61,12 +61,13 @@ class LaPEViTAdapter(LaPEViT):
             detection code) or ``'per_interaction'`` (each interaction's
             output for its level, the original segmentation code).
             Defaults to ``'last'``.
-        final_norm (bool): Apply the ViT's final norm (plus MPVG's final
-            term) to the last ViT output ``x_L`` before the pyramid adds it
-            (the official ViT-Adapter has none; the extractors always read
-            raw tokens). Needs ``add_vit_feature=True``. Defaults to None:
-            True where the join adds its PE at the final norm (MPVG) and the
-            pyramid adds the ViT feature, else False.
+        final_norm (bool, optional): Apply the ViT's final norm (plus
+            MPVG's final term) to the last ViT output ``x_L`` before the
+            pyramid adds it (the official ViT-Adapter has none; the
+            extractors always read raw tokens). Needs
+            ``add_vit_feature=True``. Defaults to None: True where the join
+            adds its PE at the final norm (MPVG) and the pyramid adds the
+            ViT feature, else False.
         adapter_norm_cfg (dict): Norm of the spatial prior module and of the
             four output norms. Defaults to ``dict(type='BN')``; the GPU
             configs use SyncBN.
