@@ -5,5 +5,6 @@ _base_ = './ceit-tiny_4xb256_in1k.py'
 
 model = dict(
     backbone=dict(
-        pe_join=dict(
-            type='MPVG'), pooling=dict(type='LCA', layer_token='gap')))
+        pe_join=dict(type='MPVG'),
+        pooling=dict(type='LCA', layer_token='gap'),
+    ))
