@@ -355,13 +355,14 @@ def test_a_sweep_killed_resumed_and_reported(pos_shapes_data, tmp_path, capsys,
 
     # the same command: the finished runs read, the killed ones run again
     assert compare.main(argv) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert 'Traceback' not in err, err
     assert out.count(': read') == len(runs) - len(killed)
     assert out.count(': running (killed before)') == len(killed)
     assert '[5/6] lape_learnable seed 0: running (killed before)' in out
     assert out.count(': running') == 6 - len(runs) + len(killed)
     results = sorted(work.glob('*/seed*/result.json'))
-    assert len(results) == 6
+    assert len(results) == 6, out + err
     first = json.loads(results[0].read_text())
     assert first['status'] == 'done' and first['join'] == 'Default'
     assert first['pe_type'] == 'learnable' and first['seed'] == 0
@@ -418,6 +419,76 @@ def test_a_sweep_killed_resumed_and_reported(pos_shapes_data, tmp_path, capsys,
         '1/2 (1 failed)'
     assert ('- default_rope_mixed seed 0 (train): error: out of memory'
             in text)
+
+
+def _fake_execute(spec: dict, gpu=None) -> dict:
+    """A finished run, as :func:`compare.execute` records one."""
+    result = dict(
+        {
+            k: spec[k]
+            for k in ('variant', 'join', 'pe_type', 'seed', 'params',
+                      'options')
+        },
+        status='done',
+        metrics={'accuracy/top1': 50. + spec['seed']},
+        resolutions={},
+        images_per_s=1.)
+    compare._write_json(os.path.join(spec['work_dir'], 'result.json'), result)
+    return result
+
+
+def test_no_run_is_lost_unsaid(tmp_path, capsys, monkeypatch):
+    """Runs two at a time in one process: a run that raises (a bug of the
+    script, not a tool's failure) is recorded failed with its traceback
+    and the sweep goes on; a tool stopped by Ctrl-C stops the sweep with
+    status 130 once the other slot's run ends, and the same command runs
+    the stopped run only."""
+    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '')
+    argv = [
+        os.path.join(ROOT, DEMO), '--pe-join', 'default', 'lape', '--seeds',
+        '2', '--launcher', 'node', '--gpus', '2', '--work-dir'
+    ]
+
+    def buggy(spec, gpu=None):
+        if spec['k'] == 2:
+            raise RuntimeError('a bug')
+        return _fake_execute(spec, gpu)
+
+    monkeypatch.setattr(compare, 'execute', buggy)
+    work = tmp_path / 'bug'
+    assert compare.main(argv + [str(work)]) == 1
+    out, err = capsys.readouterr()
+    assert 'Traceback' in err and 'RuntimeError: a bug' in err
+    assert '[2/4] default seed 1: failed (compare): RuntimeError: a bug' in out
+    failed = json.loads(
+        (work / 'default' / 'seed1' / 'result.json').read_text())
+    assert (failed['status'], failed['step'],
+            failed['error']) == ('failed', 'compare', 'RuntimeError: a bug')
+    assert len(list(work.glob('*/seed*/result.json'))) == 4
+    text = (work / 'report.md').read_text()
+    assert '- default seed 1 (compare): RuntimeError: a bug' in text
+    assert _table(text, 'accuracy/top1')['default'][0] == '1/2 (1 failed)'
+
+    calls = []
+
+    def stopped(spec, gpu=None):
+        calls.append(spec['k'])
+        if spec['k'] == 3 and calls.count(3) == 1:
+            raise KeyboardInterrupt  # its tool ended with status 130
+        return _fake_execute(spec, gpu)
+
+    monkeypatch.setattr(compare, 'execute', stopped)
+    work = tmp_path / 'ctrl-c'
+    assert compare.main(argv + [str(work)]) == 130
+    out, err = capsys.readouterr()
+    assert err.strip() == ('interrupted (Ctrl-C): the finished runs are '
+                           'kept; the same command resumes')
+    assert sorted(calls) == [1, 2, 3, 4]
+    assert not (work / 'lape' / 'seed0' / 'result.json').exists()
+    assert len(list(work.glob('*/seed*/result.json'))) == 3
+    assert compare.main(argv + [str(work)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(': read') == 3 and sorted(calls) == [1, 2, 3, 3, 4]
 
 
 @pytest.mark.slow

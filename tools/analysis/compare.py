@@ -35,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -488,11 +489,23 @@ def visible_gpus(count: Optional[int]) -> List[Optional[str]]:
     return ids[:count] if ids else [None] * count
 
 
+def _failed(spec: dict, step: str, error: str) -> dict:
+    """A run that ended outside its tools (its job, or this script), as
+    its ``result.json`` records it."""
+    result = {k: spec[k] for k in ('variant', 'seed', 'options')}
+    result.update(status='failed', step=step, error=error)
+    _write_json(osp.join(spec['work_dir'], RESULT), result)
+    return result
+
+
 def run_local(pending: List[dict], results: dict,
               gpus: List[Optional[str]]) -> None:
     """``--launcher none`` (one slot, ``[None]``) or ``node`` (a slot per
-    GPU): one run per slot at a time, its tools seeing only its GPU."""
-    todo, start, done = list(pending), time.time(), []
+    GPU): one run per slot at a time, its tools seeing only its GPU. No
+    run is lost unsaid: one that raises is recorded failed (its
+    traceback printed), and a tool stopped by Ctrl-C stops the sweep
+    (KeyboardInterrupt here once the other slots' runs end)."""
+    todo, start, done, stopped = list(pending), time.time(), [], []
 
     def work(gpu):
         try:
@@ -504,14 +517,19 @@ def run_local(pending: List[dict], results: dict,
                 why = f' ({spec["reason"]})' if spec.get('reason') else ''
                 on = f' on GPU {gpu}' if gpu is not None else ''
                 _say(f'{_head(spec)}: running{on}{why}')
-                result = execute(spec, gpu)
+                try:
+                    result = execute(spec, gpu)
+                except Exception as err:  # a bug: the run reported failed
+                    traceback.print_exc()
+                    result = _failed(spec, 'compare',
+                                     f'{type(err).__name__}: {err}')
                 results[spec['variant'], spec['seed']] = result
                 done.append(spec)
                 _say(
                     _outcome(spec, result) +
                     _left(start, len(done), len(pending)))
         except KeyboardInterrupt:  # the main thread reports it
-            return
+            stopped.append(gpu)
 
     threads = [
         threading.Thread(target=work, args=(g, ), daemon=True) for g in gpus
@@ -521,6 +539,8 @@ def run_local(pending: List[dict], results: dict,
     for t in threads:  # in steps: Ctrl-C reaches this thread
         while t.is_alive():
             t.join(0.5)
+    if stopped:
+        raise KeyboardInterrupt
 
 
 def submitit_executor(args):
@@ -624,12 +644,7 @@ def run_submitit(pending: List[dict], results: dict, args, executor) -> None:
             result = job.result()
         except Exception as err:  # killed, timed out, preempted: reported
             from mmlape.utils.errors import one_line
-            result = {k: spec[k] for k in ('variant', 'seed', 'options')}
-            result.update(
-                status='failed',
-                step='job',
-                error=f'job {job.job_id}: {one_line(err)}')
-            _write_json(osp.join(spec['work_dir'], RESULT), result)
+            result = _failed(spec, 'job', f'job {job.job_id}: {one_line(err)}')
         results[spec['variant'], spec['seed']] = result
         _say(_outcome(spec, result))
 
