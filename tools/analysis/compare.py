@@ -63,6 +63,10 @@ KEPT = ('checkpoint', 'train_seconds', 'seconds_per_iter', 'images_per_s',
 IN_FLIGHT = ('PENDING', 'RUNNING', 'REQUEUED', 'CONFIGURING', 'COMPLETING',
              'RESIZING', 'SUSPENDED')
 _LOCK = threading.Lock()
+#: mmengine parses a config with ``ast``, which CPython 3.11 cannot run in
+#: two threads at once (a spurious ``SystemError: AST constructor recursion
+#: depth mismatch``, CPython gh-106905): the runs' threads read one at a time.
+_CONFIG_LOCK = threading.Lock()
 
 
 def _say(text: str) -> None:
@@ -375,12 +379,19 @@ def finished(spec: dict) -> Tuple[Optional[dict], str]:
     return (None, f'sizes {missing} to evaluate') if missing else (result, '')
 
 
+def _run_config(path: str):
+    """The config a run's ``tools/train.py`` wrote, read under
+    :data:`_CONFIG_LOCK`."""
+    from mmengine.config import Config
+    with _CONFIG_LOCK:
+        return Config.fromfile(path)
+
+
 def execute(spec: dict, gpu: Optional[str] = None) -> dict:
     """One run: train, test, the resolution sweep; writes its
     ``result.json`` (``status`` ``done``, or ``failed`` with the step and
     its line) and returns it. What an earlier attempt with the same
     options finished is kept, its training resumed."""
-    from mmengine.config import Config
     work, config, options = spec['work_dir'], spec['config'], spec['options']
     os.makedirs(work, exist_ok=True)
     prev = _read_json(osp.join(work, RESULT))
@@ -406,7 +417,7 @@ def execute(spec: dict, gpu: Optional[str] = None) -> dict:
             with open(osp.join(work, 'last_checkpoint')) as f:
                 result['checkpoint'] = f.read().strip()
             result['train_seconds'] = time.time() - t0
-            batch = Config.fromfile(result['config']).train_dataloader
+            batch = _run_config(result['config']).train_dataloader
             result['seconds_per_iter'], result['images_per_s'] = train_speed(
                 work, batch.batch_size)
         step = 'test'
@@ -421,7 +432,7 @@ def execute(spec: dict, gpu: Optional[str] = None) -> dict:
         sizes = result.setdefault('resolutions', {})
         missing = [str(s) for s in spec['resolutions'] if str(s) not in sizes]
         if missing:
-            test_set = Config.fromfile(result['config']).test_dataloader
+            test_set = _run_config(result['config']).test_dataloader
             out = osp.join(work, 'sweep')
             run_tool([
                 'tools/analysis/resolution_sweep.py', result['config'],
