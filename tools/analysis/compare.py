@@ -63,9 +63,10 @@ KEPT = ('checkpoint', 'train_seconds', 'seconds_per_iter', 'images_per_s',
 IN_FLIGHT = ('PENDING', 'RUNNING', 'REQUEUED', 'CONFIGURING', 'COMPLETING',
              'RESIZING', 'SUSPENDED')
 _LOCK = threading.Lock()
-#: mmengine parses a config with ``ast``, which CPython 3.11 cannot run in
-#: two threads at once (a spurious ``SystemError: AST constructor recursion
-#: depth mismatch``, CPython gh-106905): the runs' threads read one at a time.
+#: Reading a config through mmengine is not thread-safe (its ``ast`` parse
+#: raises a spurious ``SystemError`` on CPython 3.11, gh-106905; resolving a
+#: ``mmpretrain::`` base through ``pkg_resources`` a ``TypeError``): the
+#: runs' threads read one at a time.
 _CONFIG_LOCK = threading.Lock()
 
 
